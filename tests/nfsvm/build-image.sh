@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# build-image.sh assembles the NFS lab guest: Debian's cloud kernel plus an
+# initramfs holding busybox, the kernel NFS server/client user space and the
+# guest init. Everything comes from Debian packages fetched with
+# `apt-get download`; nothing kernel- or NFS-related is installed on the host.
+#
+# Usage: build-image.sh            (prints the image directory on stdout)
+# The image is cached under $NFSDIR_LAB_CACHE (default ~/.cache/nfsdir-lab),
+# keyed by the kernel version and the hash of this script and the guest init,
+# so a second call returns at once.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${NFSDIR_LAB_CACHE:-$HOME/.cache/nfsdir-lab}
+mkdir -p "$cache"
+
+log() { echo "build-image: $*" >&2; }
+die() { echo "build-image: $*" >&2; exit 1; }
+
+for tool in qemu-system-x86_64 busybox apt-get dpkg-deb ldd gzip; do
+  command -v "$tool" >/dev/null || die "missing host tool $tool (run: apt-get install qemu-system-x86 busybox-static cpio)"
+done
+
+# Resolve the cloud kernel metapackage to its versioned package.
+kpkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+[ -n "$kpkg" ] || die "cannot resolve linux-image-cloud-amd64 (run apt-get update)"
+kver=${kpkg#linux-image-}
+
+key=$( (echo "$kpkg"; cat "$here/build-image.sh" "$here/init") | sha256sum | cut -c1-16)
+img="$cache/image-$key"
+if [ -f "$img/initrd.gz" ] && [ -f "$img/vmlinuz" ]; then
+  echo "$img"
+  exit 0
+fi
+
+log "building lab image $key (kernel $kver)"
+work=$(mktemp -d "$cache/build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# Packages whose files the guest needs. Libraries the host already has are
+# taken from the host (same Debian release); the others are listed here.
+pkgs=("$kpkg" nfs-kernel-server nfs-common rpcbind mount
+  libtirpc3 libevent-core-2.1-7 libnfsidmap1 libwrap0 libkeyutils1)
+mkdir -p "$work/debs" "$work/pkgroot" "$work/root"
+(cd "$work/debs" && apt-get download "${pkgs[@]}" >/dev/null 2>&1) ||
+  (cd "$work/debs" && apt-get download "${pkgs[@]}") || die "apt-get download failed"
+for deb in "$work"/debs/*.deb; do dpkg-deb -x "$deb" "$work/pkgroot"; done
+
+src=$work/pkgroot
+root=$work/root
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,tmp,run,var/lib/nfs/rpc_pipefs,var/lib/nfs/v4recovery,var/lib/nfs/nfsdcld,lib/modules,work,out,export}
+
+# busybox applets.
+cp "$(command -v busybox)" "$root/bin/busybox"
+for applet in $("$root/bin/busybox" --list); do
+  [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
+done
+
+# NFS and mount user space, with the shared libraries they load.
+bins=(sbin/rpcbind sbin/rpc.statd sbin/sm-notify sbin/mount.nfs sbin/showmount
+  usr/sbin/rpc.nfsd usr/sbin/rpc.mountd usr/sbin/exportfs usr/sbin/nfsdcld
+  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount)
+export LD_LIBRARY_PATH="$src/lib/x86_64-linux-gnu:$src/usr/lib/x86_64-linux-gnu"
+declare -A libs=()
+for b in "${bins[@]}"; do
+  [ -f "$src/$b" ] || die "package tree lacks $b"
+  rm -f "$root/$b"
+  cp -a "$src/$b" "$root/$b"
+  while read -r line; do
+    case "$line" in
+      *"not found"*) die "$b needs a library nobody provides: $line" ;;
+    esac
+    lib=$(echo "$line" | awk '/=>/ {print $3} !/=>/ && /^\// {print $1}')
+    [ -n "$lib" ] && libs[$lib]=1
+  done < <(ldd "$src/$b")
+done
+for lib in "${!libs[@]}"; do
+  dest=${lib#"$src"}
+  dest=/${dest#/}
+  mkdir -p "$root$(dirname "$dest")"
+  cp -L "$lib" "$root$dest"
+done
+mkdir -p "$root/lib64" "$root/lib/x86_64-linux-gnu"
+[ -e "$root/lib64/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$root/sbin/$link"; done
+
+# Kernel modules: NFS client and server, virtio, with their dependencies.
+kmod=$src/lib/modules/$kver
+[ -d "$kmod" ] || die "kernel package has no modules for $kver"
+busybox depmod -b "$src" "$kver"
+want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk)
+declare -A mods=()
+add_mod() {
+  local name=$1 line path dep
+  line=$(grep -E "(^|/)${name//_/[_-]}\.ko(\.[a-z]+)?:" "$kmod/modules.dep" | head -n1) || true
+  [ -n "$line" ] || return 0 # built in
+  path=${line%%:*}
+  [ -n "${mods[$path]:-}" ] && return 0
+  mods[$path]=1
+  for dep in ${line#*:}; do
+    dep=$(basename "$dep"); dep=${dep%%.ko*}
+    add_mod "$dep"
+  done
+}
+for m in "${want[@]}"; do add_mod "$m"; done
+mkdir -p "$root/lib/modules/$kver"
+for path in "${!mods[@]}"; do
+  mkdir -p "$root/lib/modules/$kver/$(dirname "$path")"
+  cp "$kmod/$path" "$root/lib/modules/$kver/$path"
+done
+cp "$kmod"/modules.dep "$kmod"/modules.alias "$root/lib/modules/$kver/" 2>/dev/null || true
+busybox depmod -b "$root" "$kver"
+
+# Configuration files the RPC daemons read.
+for f in netconfig services protocols rpc; do
+  if [ -f "$src/etc/$f" ]; then cp "$src/etc/$f" "$root/etc/$f"; elif [ -f "/etc/$f" ]; then cp "/etc/$f" "$root/etc/$f"; fi
+done
+[ -f "$root/etc/netconfig" ] || die "no /etc/netconfig in libtirpc3"
+cat >"$root/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+_rpc:x:100:65534::/run/rpcbind:/bin/false
+statd:x:101:65534::/var/lib/nfs:/bin/false
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+EOF
+cat >"$root/etc/group" <<'EOF'
+root:x:0:
+nogroup:x:65534:
+EOF
+echo "hosts: files" >"$root/etc/nsswitch.conf"
+printf '127.0.0.1 localhost nfslab\n::1 localhost ip6-localhost\n' >"$root/etc/hosts"
+: >"$root/etc/exports"
+cp "$here/init" "$root/init"
+chmod 0755 "$root/init"
+
+mkdir -p "$work/out"
+(cd "$root" && find . | busybox cpio -o -H newc | gzip -1 >"$work/out/initrd.gz")
+cp "$src/boot/vmlinuz-$kver" "$work/out/vmlinuz"
+echo "$kver" >"$work/out/kernel-version"
+rm -rf "$img"
+mv "$work/out" "$img"
+log "image ready: $img ($(du -sh "$img/initrd.gz" | cut -f1) initrd)"
+echo "$img"

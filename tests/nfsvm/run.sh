@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# run.sh runs one static Linux binary inside the NFS lab guest and returns its
+# exit code; its output streams to stdout as it is printed. It is meant for
+# `go test -exec tests/nfsvm/run.sh`, and works for any static binary:
+#
+#   tests/nfsvm/run.sh ./bin/demo --flag
+#
+# The binary runs as root in the guest with a kernel NFS server on 127.0.0.1
+# exporting /export (no_root_squash) and /export-squash (root_squash), and
+# NFSDIR_LAB=1 in its environment. Environment variables named NFSDIR_* are
+# passed through. Files under $NFSDIR_LAB_BIN (a directory) are copied to
+# /work/bin, which is on PATH. The package's testdata directory, if the
+# current directory has one, is copied next to the binary (go test runs the
+# binary in the package directory).
+#
+# Exit codes: the binary's own; 124 when $NFSDIR_LAB_TIMEOUT (seconds, default
+# 1500) ran out; 125 when the guest failed to set up NFS; 126 when the guest
+# never reported an exit code.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+[ $# -ge 1 ] || { echo "usage: run.sh BINARY [ARGS...]" >&2; exit 2; }
+bin=$1; shift
+
+img=$("$here/build-image.sh") || exit 125
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/nfslab.XXXXXX")
+cleanup() { rm -rf "$tmp"; }
+trap cleanup EXIT
+
+mkdir -p "$tmp/payload/pkg" "$tmp/payload/bin"
+cp "$bin" "$tmp/payload/pkg/$(basename "$bin")"
+[ -d testdata ] && cp -r testdata "$tmp/payload/pkg/testdata"
+if [ -n "${NFSDIR_LAB_BIN:-}" ]; then cp -a "$NFSDIR_LAB_BIN"/. "$tmp/payload/bin/"; fi
+{
+  echo "cd /work/pkg || exit 126"
+  while IFS='=' read -r name _; do
+    case "$name" in NFSDIR_LAB_BIN|NFSDIR_LAB_CACHE|NFSDIR_LAB_TIMEOUT) continue ;; esac
+    printf 'export %s=%q\n' "$name" "${!name}"
+  done < <(env | grep -E '^NFSDIR_[A-Za-z0-9_]*=' || true)
+  printf 'exec ./%q' "$(basename "$bin")"
+  for a in "$@"; do printf ' %q' "$a"; done
+  echo
+} >"$tmp/payload/run.sh"
+# busybox ash has no printf %q quoting of $'..' form; keep args plain.
+if grep -q "\$'" "$tmp/payload/run.sh"; then
+  echo "run.sh: arguments with control characters are not supported" >&2; exit 2
+fi
+tar -cf "$tmp/payload.tar" -C "$tmp/payload" .
+truncate -s 256M "$tmp/out.img"
+
+rcfile=$tmp/rc
+timeout --kill-after=10 "${NFSDIR_LAB_TIMEOUT:-1500}" \
+  qemu-system-x86_64 -nodefaults -no-reboot -nographic -monitor none \
+  -accel tcg,thread=single -cpu qemu64 -smp "${NFSDIR_LAB_CPUS:-2}" -m "${NFSDIR_LAB_MEM:-2048}" \
+  -kernel "$img/vmlinuz" -initrd "$img/initrd.gz" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=4" \
+  -serial "file:$tmp/console.log" -serial stdio \
+  -drive "file=$tmp/payload.tar,format=raw,if=virtio,readonly=on" \
+  -drive "file=$tmp/out.img,format=raw,if=virtio" </dev/null |
+  awk -v rcfile="$rcfile" '
+    { sub(/\r$/, "") }
+    /^EXIT=[0-9]+$/ { print substr($0, 6) > rcfile; close(rcfile); next }
+    { print; fflush() }'
+qrc=${PIPESTATUS[0]}
+
+if [ -s "$rcfile" ]; then
+  rc=$(cat "$rcfile")
+elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+  echo "run.sh: guest timed out after ${NFSDIR_LAB_TIMEOUT:-1500}s; kernel log tail:" >&2
+  tail -n 30 "$tmp/console.log" >&2
+  rc=124
+else
+  echo "run.sh: guest ended without reporting an exit code (qemu exit $qrc); kernel log tail:" >&2
+  tail -n 30 "$tmp/console.log" >&2
+  rc=126
+fi
+if [ -n "${NFSDIR_LAB_OUT:-}" ]; then
+  mkdir -p "$NFSDIR_LAB_OUT"
+  tar -xf "$tmp/out.img" -C "$NFSDIR_LAB_OUT" 2>/dev/null || true
+fi
+exit "$rc"
