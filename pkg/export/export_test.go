@@ -1,0 +1,50 @@
+package export
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNew(t *testing.T) {
+	good := []struct{ server, share, source string }{
+		{"nfs.example.com", "/srv/nfs", "nfs.example.com:/srv/nfs"},
+		{"10.0.0.5", "/srv/nfs/", "10.0.0.5:/srv/nfs"},
+		{"fd00::1", "/", "[fd00::1]:/"},
+		{"[fd00:0::1]", "//x//y", "[fd00::1]:/x/y"},
+		{"::ffff:10.0.0.1", "/e", "[::ffff:10.0.0.1]:/e"},
+		{"nfs_server-1", "/e", "nfs_server-1:/e"},
+	}
+	for _, g := range good {
+		e, err := New(g.server, g.share)
+		if err != nil || e.String() != g.source {
+			t.Errorf("New(%q, %q) = %v, %v; want %s", g.server, g.share, e, err, g.source)
+		}
+	}
+	bad := []struct{ server, share, err string }{
+		{"", "/x", "required"},
+		{"s", "", "required"},
+		{"s", "x", "absolute"},
+		{"s", "/a/../b", `".."`},
+		{"s", "/a/./b", `"."`},
+		{"s", "/a\x00", "control"},
+		{"[10.0.0.1]", "/x", "IPv6"},
+		{"fe80::1%eth0", "/x", "zones"},
+		{"a:b", "/x", "neither"},
+		{"a/b", "/x", "contains"},
+		{"a#b", "/x", "contains"},
+		{"a..b", "/x", "not a valid"},
+		{strings.Repeat("a", 254), "/x", "253"},
+	}
+	for _, b := range bad {
+		if _, err := New(b.server, b.share); err == nil || !strings.Contains(err.Error(), b.err) {
+			t.Errorf("New(%q, %q) error = %v, want %q", b.server, b.share, err, b.err)
+		}
+	}
+}
+
+func TestSource(t *testing.T) {
+	e, _ := New("fd00::1", "/srv")
+	if got := e.Source("ns/pvc"); got != "[fd00::1]:/srv/ns/pvc" {
+		t.Errorf("Source = %q", got)
+	}
+}

@@ -1,0 +1,197 @@
+// Package params turns StorageClass parameters (CreateVolume) and volume
+// attributes (NodePublishVolume) into typed values. Keys are matched without
+// regard to case and are the same as kubernetes-csi/csi-driver-nfs's, so a
+// StorageClass can move over unchanged; an unknown key is an error that names
+// it.
+package params
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/subdir"
+)
+
+// Parameter and attribute keys, lower case.
+const (
+	KeyServer           = "server"
+	KeyShare            = "share"
+	KeySubDir           = "subdir"
+	KeyMountPermissions = "mountpermissions"
+	KeyOnDelete         = "ondelete"
+	KeyUID              = "uid"
+	KeyGID              = "gid"
+	KeyMountOptions     = "mountoptions"
+	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
+	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
+	KeyPVName           = "csi.storage.k8s.io/pv/name"
+	// kubeletPrefix starts the keys kubelet adds to volume attributes
+	// (pod info, ephemeral flag); they are accepted and ignored.
+	kubeletPrefix = "csi.storage.k8s.io/"
+)
+
+// OnDelete is what DeleteVolume does with a volume's directory.
+type OnDelete string
+
+// The onDelete policies.
+const (
+	Delete  OnDelete = "delete"  // remove the directory and its contents
+	Retain  OnDelete = "retain"  // leave the directory as it is
+	Archive OnDelete = "archive" // rename it to archived-<subDir>
+)
+
+// ParseOnDelete parses a policy name, ignoring case.
+func ParseOnDelete(s string) (OnDelete, error) {
+	switch p := OnDelete(strings.ToLower(strings.TrimSpace(s))); p {
+	case Delete, Retain, Archive:
+		return p, nil
+	}
+	return "", fmt.Errorf("onDelete %q is not one of delete, retain, archive", s)
+}
+
+// Create holds the parameters of a CreateVolume call.
+type Create struct {
+	Export   export.Export
+	SubDir   string      // resolved volume path relative to the share
+	Mode     uint32      // permission bits for the new directory (0 = driver default)
+	OnDelete OnDelete    // "" = driver default
+	UID, GID int         // owner of the new directory; -1 = unchanged
+	Vars     subdir.Vars // the claim's names, as passed by csi-provisioner
+}
+
+// ParseCreate parses StorageClass parameters. The subDir template is
+// expanded with the claim's names from the parameters themselves.
+func ParseCreate(p map[string]string) (Create, error) {
+	m, err := lower(p, KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
+		KeyUID, KeyGID, KeyPVCName, KeyPVCNamespace, KeyPVName)
+	if err != nil {
+		return Create{}, err
+	}
+	c := Create{UID: -1, GID: -1}
+	if c.Export, err = export.New(m[KeyServer], m[KeyShare]); err != nil {
+		return Create{}, err
+	}
+	c.Vars = subdir.Vars{PVCName: m[KeyPVCName], PVCNamespace: m[KeyPVCNamespace], PVName: m[KeyPVName]}
+	if c.SubDir, err = subdir.Expand(m[KeySubDir], c.Vars); err != nil {
+		return Create{}, fmt.Errorf("parameter \"subDir\": %v", err)
+	}
+	if v, ok := m[KeyMountPermissions]; ok {
+		mode, err := strconv.ParseUint(v, 8, 32)
+		if err != nil || mode > 0o7777 {
+			return Create{}, fmt.Errorf("parameter \"mountPermissions\" %q must be an octal mode such as \"02770\"", v)
+		}
+		c.Mode = uint32(mode)
+	}
+	if v, ok := m[KeyOnDelete]; ok {
+		if c.OnDelete, err = ParseOnDelete(v); err != nil {
+			return Create{}, fmt.Errorf("parameter %v", err)
+		}
+	}
+	if c.UID, err = parseID(m, KeyUID); err != nil {
+		return Create{}, err
+	}
+	if c.GID, err = parseID(m, KeyGID); err != nil {
+		return Create{}, err
+	}
+	return c, nil
+}
+
+func parseID(m map[string]string, key string) (int, error) {
+	v, ok := m[key]
+	if !ok {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("parameter %q %q must be a number from 0 to %d", key, v, math.MaxInt32)
+	}
+	return int(n), nil
+}
+
+// Volume holds what the node needs to mount a volume: from the volume
+// context of a provisioned volume, or the attributes of a static PV or an
+// inline volume.
+type Volume struct {
+	Export       export.Export
+	SubDir       string // "" mounts the share itself (static volumes only)
+	MountOptions mountopts.Options
+}
+
+// ParseVolume parses volume attributes. Keys of csi-driver-nfs that matter
+// only to its controller (mountPermissions, onDelete, uid, gid) are accepted
+// and ignored; keys kubelet adds (csi.storage.k8s.io/...) too.
+func ParseVolume(attrs map[string]string) (Volume, error) {
+	m, err := lower(attrs, KeyServer, KeyShare, KeySubDir, KeyMountOptions,
+		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID)
+	if err != nil {
+		return Volume{}, err
+	}
+	var v Volume
+	if v.Export, err = export.New(m[KeyServer], m[KeyShare]); err != nil {
+		return Volume{}, fmt.Errorf("volume attributes: %v", err)
+	}
+	v.SubDir = strings.Trim(m[KeySubDir], "/")
+	if v.SubDir != "" {
+		if subdir.IsTemplate(v.SubDir) {
+			return Volume{}, fmt.Errorf("volume attribute \"subDir\" %q holds a template; templates are expanded only by CreateVolume", v.SubDir)
+		}
+		if err := checkNodeSubDir(v.SubDir); err != nil {
+			return Volume{}, fmt.Errorf("volume attribute \"subDir\" %v", err)
+		}
+	}
+	if v.MountOptions, err = mountopts.Parse(m[KeyMountOptions]); err != nil {
+		return Volume{}, fmt.Errorf("volume attribute \"mountOptions\": %v", err)
+	}
+	return v, nil
+}
+
+// checkNodeSubDir applies the volume path rules except the metadata-area
+// rule, which only matters for directories the controller manages.
+func checkNodeSubDir(s string) error {
+	for _, seg := range strings.Split(s, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("%q must be a clean relative path without \".\" or \"..\" segments", s)
+		}
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%q contains a control character", s)
+		}
+	}
+	return nil
+}
+
+// lower returns p with lower-case keys, failing on a key not in known
+// (kubelet's csi.storage.k8s.io/ keys aside) and on keys given twice in
+// different case.
+func lower(p map[string]string, known ...string) (map[string]string, error) {
+	ok := map[string]bool{}
+	for _, k := range known {
+		ok[k] = true
+	}
+	out := make(map[string]string, len(p))
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		lk := strings.ToLower(k)
+		if !ok[lk] {
+			if strings.HasPrefix(lk, kubeletPrefix) {
+				continue
+			}
+			return nil, fmt.Errorf("unknown parameter %q; known parameters: server, share, subDir, mountPermissions, onDelete, uid, gid", k)
+		}
+		if _, dup := out[lk]; dup {
+			return nil, fmt.Errorf("parameter %q is given twice (keys are case-insensitive)", k)
+		}
+		out[lk] = p[k]
+	}
+	return out, nil
+}

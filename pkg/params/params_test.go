@@ -1,0 +1,101 @@
+package params
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseCreate(t *testing.T) {
+	c, err := ParseCreate(map[string]string{
+		"Server": "fd00::1", "SHARE": "/srv/", "subDir": "${pvc.metadata.namespace}/${pvc.metadata.name}",
+		"mountPermissions": "02770", "onDelete": "Archive", "uid": "1000", "gid": "2000",
+		KeyPVCName: "data", KeyPVCNamespace: "ns", KeyPVName: "pvc-1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Export.String() != "[fd00::1]:/srv" || c.SubDir != "ns/data" || c.Mode != 0o2770 ||
+		c.OnDelete != Archive || c.UID != 1000 || c.GID != 2000 {
+		t.Errorf("ParseCreate = %+v", c)
+	}
+	d, err := ParseCreate(map[string]string{"server": "s", "share": "/e", KeyPVName: "pvc-2"})
+	if err != nil || d.SubDir != "pvc-2" || d.UID != -1 || d.GID != -1 || d.Mode != 0 || d.OnDelete != "" {
+		t.Errorf("defaults = %+v, %v", d, err)
+	}
+}
+
+func TestParseCreateErrors(t *testing.T) {
+	base := func(kv ...string) map[string]string {
+		m := map[string]string{"server": "s", "share": "/e", KeyPVName: "pv"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	tests := map[string]map[string]string{
+		`unknown parameter "color"`:       base("color", "red"),
+		"given twice":                     base("Server", "t"),
+		`"share" "e" must be an absolute`: base("share", "e"),
+		"resolves to the share root":      base("subDir", "/"),
+		`".." segments`:                   base("subDir", "../x"),
+		"metadata area":                   base("subDir", ".nfsdir"),
+		"must be an octal mode":           base("mountPermissions", "999"),
+		"octal mode such":                 base("mountPermissions", "077777"),
+		"onDelete \"purge\"":              base("onDelete", "purge"),
+		`"uid" "-1"`:                      base("uid", "-1"),
+		`"gid" "x"`:                       base("gid", "x"),
+		`parameter "server" is required`:  {"share": "/e"},
+		"did not carry":                   base("subDir", "${pvc.metadata.name}"),
+	}
+	for want, m := range tests {
+		if _, err := ParseCreate(m); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseCreate(%v) error = %v, want %q", m, err, want)
+		}
+	}
+}
+
+func TestParseVolume(t *testing.T) {
+	v, err := ParseVolume(map[string]string{"server": "10.0.0.1", "share": "/e", "subDir": "/a/b/",
+		"mountOptions": "nfsvers=3,hard", "onDelete": "retain", "csi.storage.k8s.io/pod.name": "p"})
+	if err != nil || v.Export.Source(v.SubDir) != "10.0.0.1:/e/a/b" || v.MountOptions.String() != "nfsvers=3,hard" {
+		t.Errorf("ParseVolume = %+v, %v", v, err)
+	}
+	root, err := ParseVolume(map[string]string{"server": "s", "share": "/e"})
+	if err != nil || root.SubDir != "" {
+		t.Errorf("static root = %+v, %v", root, err)
+	}
+	for want, m := range map[string]map[string]string{
+		"clean relative": {"server": "s", "share": "/e", "subDir": "a/../../b"},
+		"template":       {"server": "s", "share": "/e", "subDir": "${pv.metadata.name}"},
+		"unknown":        {"server": "s", "share": "/e", "foo": "1"},
+		"mountOptions":   {"server": "s", "share": "/e", "mountOptions": "a b"},
+		"required":       {"share": "/e"},
+	} {
+		if _, err := ParseVolume(m); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseVolume(%v) = %v, want %q", m, err, want)
+		}
+	}
+}
+
+// FuzzParseCreate asserts that any accepted parameter set yields a volume
+// path strictly inside the share.
+func FuzzParseCreate(f *testing.F) {
+	f.Add("s", "/e", "${pvc.metadata.namespace}/${pvc.metadata.name}", "ns", "n", "pv")
+	f.Add("fd00::1", "/", "../..", "", "", "pv")
+	f.Add("s", "/e/../..", "", "", "", "../../etc")
+	f.Add("s#x", "e", "/", "..", "..", "")
+	f.Fuzz(func(t *testing.T, server, share, sub, ns, name, pv string) {
+		c, err := ParseCreate(map[string]string{"server": server, "share": share, "subDir": sub,
+			KeyPVCNamespace: ns, KeyPVCName: name, KeyPVName: pv})
+		if err != nil {
+			return
+		}
+		src := c.Export.Source(c.SubDir)
+		if !strings.HasPrefix(src, c.Export.String()+"/") && !(c.Export.Share == "/" && strings.HasPrefix(src, c.Export.String())) {
+			t.Fatalf("source %q escapes export %q", src, c.Export)
+		}
+		if strings.Contains("/"+c.SubDir+"/", "/../") || c.SubDir == "" {
+			t.Fatalf("accepted subDir %q", c.SubDir)
+		}
+	})
+}

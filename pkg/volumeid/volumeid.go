@@ -1,0 +1,241 @@
+// Package volumeid defines nfsdir's volume ID: a short, versioned string that
+// names the export, the volume's record on the share and the mount options
+// needed to reach the share again, and parses csi-driver-nfs IDs so that
+// volumes it created keep working on the node.
+//
+// The ID deliberately does not contain the volume's directory. The directory
+// is read from the record nfsdir wrote on the share when it created the
+// volume, so a crafted ID cannot make the driver act on a directory nfsdir
+// did not create.
+//
+// Format (version 1), fields separated by "|", each percent-escaped:
+//
+//	n1|<server>|<share>|<key>.<token>|<options>
+//
+// <key> (20 base32 characters) names the record and is derived from the CSI
+// volume name; <token> (8 base32 characters) is random per creation, so an ID
+// of a deleted volume never matches a later volume of the same name.
+// <options> is the comma list of mount options used for the share, or
+// "@" and a 16-hex digest when the list does not fit in MaxLen.
+package volumeid
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+)
+
+// MaxLen is the CSI limit on a volume ID, in bytes.
+const MaxLen = 128
+
+const (
+	prefix   = "n1"
+	sep      = "|"
+	keyLen   = 20
+	tokenLen = 8
+	refLen   = 16
+)
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// ErrNotNative is returned by Parse for a string that is not an nfsdir ID.
+var ErrNotNative = errors.New("not an nfsdir volume ID")
+
+// ID is a parsed nfsdir volume ID.
+type ID struct {
+	Export     export.Export
+	Key        string // record key, derived from the volume name
+	Token      string // random per creation
+	Options    string // mount options for the share, when inline
+	OptionsRef string // digest of the mount options, when they did not fit
+}
+
+// KeyFor returns the record key of a CSI volume name.
+func KeyFor(name string) string {
+	sum := sha256.Sum256([]byte("nfsdir-volume\x00" + name))
+	return strings.ToLower(b32.EncodeToString(sum[:]))[:keyLen]
+}
+
+// NewToken returns a fresh random creation token.
+func NewToken() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return strings.ToLower(b32.EncodeToString(b[:]))
+}
+
+// OptionsDigest returns the reference used for options that do not fit.
+func OptionsDigest(options string) string {
+	sum := sha256.Sum256([]byte(options))
+	return hex.EncodeToString(sum[:])[:refLen]
+}
+
+// New builds the ID of a volume. It keeps the options inline when the ID
+// fits in MaxLen, and otherwise stores their digest in OptionsRef (the caller
+// must then keep the options where ResolveOptions can find them). It fails
+// when even that does not fit.
+func New(e export.Export, key, token, options string) (ID, error) {
+	id := ID{Export: e, Key: key, Token: token, Options: options}
+	if len(id.String()) <= MaxLen {
+		return id, nil
+	}
+	id.Options, id.OptionsRef = "", OptionsDigest(options)
+	if n := len(id.String()); n > MaxLen {
+		return ID{}, fmt.Errorf("server and share are too long for a CSI volume ID: it would be %d bytes, the limit is %d", n, MaxLen)
+	}
+	return id, nil
+}
+
+// String formats the ID. Parse(id.String()) returns id.
+func (id ID) String() string {
+	opts := escape(id.Options)
+	if id.OptionsRef != "" {
+		opts = "@" + id.OptionsRef
+	}
+	return strings.Join([]string{prefix, escape(id.Export.Server), escape(id.Export.Share),
+		id.Key + "." + id.Token, opts}, sep)
+}
+
+// Parse parses an nfsdir volume ID. It returns ErrNotNative (wrapped) for
+// strings that are not nfsdir IDs at all, and a descriptive error for IDs
+// that are malformed. It accepts only the canonical spelling, so every ID
+// names exactly one volume.
+func Parse(s string) (ID, error) {
+	if !strings.HasPrefix(s, prefix+sep) {
+		return ID{}, fmt.Errorf("%w: %q", ErrNotNative, truncate(s))
+	}
+	if len(s) > MaxLen {
+		return ID{}, fmt.Errorf("volume ID is %d bytes long; at most %d", len(s), MaxLen)
+	}
+	f := strings.Split(s, sep)
+	if len(f) != 5 {
+		return ID{}, fmt.Errorf("volume ID %q has %d fields, want 5", s, len(f))
+	}
+	server, err1 := unescape(f[1])
+	share, err2 := unescape(f[2])
+	if err := errors.Join(err1, err2); err != nil {
+		return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+	}
+	e, err := export.New(server, share)
+	if err != nil {
+		return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+	}
+	key, token, ok := strings.Cut(f[3], ".")
+	if !ok || !isBase32(key, keyLen) || !isBase32(token, tokenLen) {
+		return ID{}, fmt.Errorf("volume ID %q: malformed key", s)
+	}
+	id := ID{Export: e, Key: key, Token: token}
+	if ref, ok := strings.CutPrefix(f[4], "@"); ok {
+		if !isHex(ref, refLen) {
+			return ID{}, fmt.Errorf("volume ID %q: malformed options reference", s)
+		}
+		id.OptionsRef = ref
+	} else if id.Options, err = unescape(f[4]); err != nil {
+		return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+	}
+	if id.String() != s {
+		return ID{}, fmt.Errorf("volume ID %q is not in canonical form", s)
+	}
+	return id, nil
+}
+
+// escape percent-encodes '%', the separator and bytes outside printable
+// ASCII.
+func escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '%' || c == '|' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func unescape(s string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", fmt.Errorf("truncated escape in %q", s)
+		}
+		v, err := hex.DecodeString(s[i+1 : i+3])
+		if err != nil {
+			return "", fmt.Errorf("bad escape in %q", s)
+		}
+		b.WriteByte(v[0])
+		i += 2
+	}
+	return b.String(), nil
+}
+
+func isBase32(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '2' && r <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// Legacy is a volume ID in kubernetes-csi/csi-driver-nfs's form
+// "server#share#subDir#uuid#onDelete" (share without its leading "/").
+// nfsdir publishes such volumes on the node but never deletes them.
+type Legacy struct {
+	Export   export.Export
+	SubDir   string // relative to the share; "" is the share itself
+	UUID     string
+	OnDelete string
+}
+
+// ParseLegacy parses a csi-driver-nfs volume ID.
+func ParseLegacy(s string) (Legacy, error) {
+	f := strings.Split(s, "#")
+	if len(f) < 3 || len(f) > 5 {
+		return Legacy{}, fmt.Errorf("%q is not a csi-driver-nfs volume ID (server#share#subDir[#uuid[#onDelete]])", truncate(s))
+	}
+	e, err := export.New(f[0], "/"+strings.TrimPrefix(f[1], "/"))
+	if err != nil {
+		return Legacy{}, fmt.Errorf("csi-driver-nfs volume ID %q: %v", truncate(s), err)
+	}
+	l := Legacy{Export: e, SubDir: strings.Trim(f[2], "/")}
+	if len(f) > 3 {
+		l.UUID = f[3]
+	}
+	if len(f) > 4 {
+		l.OnDelete = f[4]
+	}
+	return l, nil
+}

@@ -1,0 +1,134 @@
+package volumeid
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+)
+
+func mustExport(t testing.TB, server, share string) export.Export {
+	e, err := export.New(server, share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestRoundTrip(t *testing.T) {
+	key, tok := KeyFor("pvc-1"), NewToken()
+	cases := []struct{ server, share, opts string }{
+		{"nfs.example.com", "/srv/nfs", "nfsvers=4.1,hard"},
+		{"fd00::1", "/", ""},
+		{"10.0.0.1", "/with space/and|pipe%", "sec=krb5"},
+	}
+	for _, c := range cases {
+		id, err := New(mustExport(t, c.server, c.share), key, tok, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := id.String()
+		if len(s) > MaxLen {
+			t.Errorf("ID %q longer than %d", s, MaxLen)
+		}
+		got, err := Parse(s)
+		if err != nil || got != id {
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", s, got, err, id)
+		}
+	}
+}
+
+func TestOptionsReference(t *testing.T) {
+	opts := "nfsvers=4.2,hard,timeo=600,retrans=5,rsize=1048576,wsize=1048576,sec=krb5p,xprtsec=mtls,noresvport"
+	id, err := New(mustExport(t, "nfs-server.storage.svc.cluster.local", "/exports/kubernetes"), KeyFor("x"), NewToken(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Options != "" || id.OptionsRef != OptionsDigest(opts) {
+		t.Errorf("long options not referenced: %+v", id)
+	}
+	if _, err := Parse(id.String()); err != nil {
+		t.Error(err)
+	}
+	_, err = New(mustExport(t, strings.Repeat("a", 60)+".example", "/"+strings.Repeat("s", 60)), KeyFor("x"), NewToken(), "")
+	if err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Errorf("over-long export: %v", err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	valid, _ := New(mustExport(t, "s", "/x"), KeyFor("v"), "abcdefgh", "")
+	vs := valid.String()
+	bad := map[string]string{
+		"":                                    "not an nfsdir",
+		"pvc-123":                             "not an nfsdir",
+		"n1|s|/x|" + valid.Key + ".abcdefgh":  "fields",
+		strings.Replace(vs, "|/x|", "|x|", 1): "absolute",
+		strings.Replace(vs, "|/x|", "|/x/../..|", 1):     `".."`,
+		strings.Replace(vs, "|/x|", "|%2Fx|", 1):         "canonical",
+		strings.Replace(vs, "|/x|", "|/x%2|", 1):         "escape",
+		strings.Replace(vs, "|/x|", "|/x%zz|", 1):        "escape",
+		strings.Replace(vs, ".abcdefgh", ".ABCDEFGH", 1): "malformed key",
+		strings.Replace(vs, ".abcdefgh", "", 1):          "malformed key",
+		vs + "@xyz":                                      "options reference",
+		"n1|" + strings.Repeat("a", 130):                 "bytes long",
+	}
+	for s, want := range bad {
+		_, err := Parse(s)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) error = %v, want %q", s, err, want)
+		}
+	}
+	if _, err := Parse("pvc-1"); !errors.Is(err, ErrNotNative) {
+		t.Errorf("want ErrNotNative, got %v", err)
+	}
+}
+
+func TestKeyAndToken(t *testing.T) {
+	if KeyFor("a") != KeyFor("a") || KeyFor("a") == KeyFor("b") || !isBase32(KeyFor("a"), keyLen) {
+		t.Error("KeyFor")
+	}
+	if a, b := NewToken(), NewToken(); a == b || !isBase32(a, tokenLen) {
+		t.Errorf("tokens %q %q", a, b)
+	}
+}
+
+func TestParseLegacy(t *testing.T) {
+	l, err := ParseLegacy("10.0.0.1#srv/nfs#pvc-1#pvc-1#retain")
+	if err != nil || l.Export.String() != "10.0.0.1:/srv/nfs" || l.SubDir != "pvc-1" || l.OnDelete != "retain" || l.UUID != "pvc-1" {
+		t.Errorf("ParseLegacy = %+v, %v", l, err)
+	}
+	l, err = ParseLegacy("server#share#")
+	if err != nil || l.SubDir != "" {
+		t.Errorf("ParseLegacy root = %+v, %v", l, err)
+	}
+	for _, s := range []string{"a#b", "a#b#c#d#e#f", "#share#x", "s#../x#y", "a b#s#x"} {
+		if _, err := ParseLegacy(s); err == nil {
+			t.Errorf("ParseLegacy(%q) accepted", s)
+		}
+	}
+}
+
+// FuzzParse asserts that whatever the input, an accepted ID round-trips
+// exactly, fits the CSI limit and names a valid export.
+func FuzzParse(f *testing.F) {
+	id, _ := New(export.Export{Server: "fd00::1", Share: "/srv"}, KeyFor("x"), "abcdefgh", "nfsvers=3")
+	f.Add(id.String())
+	f.Add("n1|s|/|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")
+	f.Add("n1|s|/x/../..|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")
+	f.Add("n1|s%00|/x|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|@0123456789abcdef")
+	f.Add("10.0.0.1#srv#../../etc#u#delete")
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := Parse(s)
+		if err != nil {
+			return
+		}
+		if id.String() != s || len(s) > MaxLen {
+			t.Fatalf("accepted %q does not round-trip: %q", s, id.String())
+		}
+		if _, err := export.New(id.Export.Server, id.Export.Share); err != nil {
+			t.Fatalf("accepted %q with invalid export: %v", s, err)
+		}
+	})
+}
