@@ -1,0 +1,357 @@
+// Package provision creates and deletes volume directories on a mounted
+// share. All filesystem work goes through an *os.Root opened on the share, so
+// no path, symlink or ".." can reach outside it, and every directory it
+// creates is backed by a Record in the share's metadata area: a directory
+// without a matching record is never deleted, archived or renamed.
+package provision
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// Request describes a volume to create. Defaults are already applied.
+type Request struct {
+	Name          string
+	SubDir        string
+	OnDelete      params.OnDelete
+	Mode          uint32
+	UID, GID      int
+	CapacityBytes int64
+}
+
+// Create makes the volume directory for req on the share, or returns the
+// existing record when the same request was already served (a retry).
+//
+// Errors: AlreadyExists when the name exists with other parameters or the
+// directory exists without being nfsdir's; FailedPrecondition when a path
+// component is a symlink or not a directory.
+func Create(ctx context.Context, root *os.Root, req Request) (*Record, error) {
+	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
+		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
+	}
+	if err := ensureMeta(root); err != nil {
+		return nil, err
+	}
+	key := volumeid.KeyFor(req.Name)
+	for attempt := 0; attempt < 3; attempt++ {
+		rec, err := readRecord(root, key)
+		if err != nil {
+			return nil, err
+		}
+		if rec != nil {
+			if err := compatible(rec, req); err != nil {
+				return nil, err
+			}
+			// A retry, or a crash between the record and the directory.
+			if err := makeVolumeDir(root, rec); err != nil {
+				return nil, err
+			}
+			return rec, nil
+		}
+		if err := checkFree(root, req.SubDir); err != nil {
+			return nil, err
+		}
+		rec = &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
+			OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
+			CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second)}
+		err = writeRecordExclusive(root, key, rec)
+		if errors.Is(err, fs.ErrExist) {
+			continue // another controller raced us; read its record
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := makeVolumeDir(root, rec); err != nil {
+			_ = removeRecord(root, key)
+			return nil, err
+		}
+		return rec, nil
+	}
+	return nil, fault.New(fault.Aborted, "volume %q is being created concurrently; retry", req.Name)
+}
+
+func compatible(rec *Record, req Request) error {
+	var diffs []string
+	if rec.SubDir != req.SubDir {
+		diffs = append(diffs, fmt.Sprintf("subDir %q (requested %q)", rec.SubDir, req.SubDir))
+	}
+	if rec.OnDelete != req.OnDelete {
+		diffs = append(diffs, fmt.Sprintf("onDelete %s (requested %s)", rec.OnDelete, req.OnDelete))
+	}
+	if rec.Mode != req.Mode || rec.UID != req.UID || rec.GID != req.GID {
+		diffs = append(diffs, fmt.Sprintf("mode %04o uid %d gid %d (requested %04o uid %d gid %d)", rec.Mode, rec.UID, rec.GID, req.Mode, req.UID, req.GID))
+	}
+	if rec.CapacityBytes != req.CapacityBytes {
+		diffs = append(diffs, fmt.Sprintf("capacity %d bytes (requested %d)", rec.CapacityBytes, req.CapacityBytes))
+	}
+	if len(diffs) > 0 {
+		return fault.New(fault.AlreadyExists, "volume %q already exists with %s", req.Name, strings.Join(diffs, ", "))
+	}
+	return nil
+}
+
+// checkFree fails when the volume directory already exists: nfsdir writes the
+// record before the directory, so a directory without a record is not ours.
+func checkFree(root *os.Root, subDir string) error {
+	_, err := root.Lstat(subDir)
+	switch {
+	case err == nil:
+		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and nfsdir did not create it; choose another subDir or move it away", subDir)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return nil
+	default:
+		return fmt.Errorf("check %q: %w", subDir, err)
+	}
+}
+
+// makeVolumeDir creates the parents (marking those it creates) and the
+// volume directory with the record's mode and owner. Existing components
+// must be real directories, not symlinks.
+func makeVolumeDir(root *os.Root, rec *Record) error {
+	parents := safepath.Parents(rec.SubDir)
+	for i := len(parents) - 1; i >= 0; i-- {
+		p := parents[i]
+		created, err := mkdirOnce(root, p, 0o755)
+		if err != nil {
+			return err
+		}
+		if created {
+			if err := root.WriteFile(parentMarker(p), []byte(p+"\n"), 0o600); err != nil {
+				return fmt.Errorf("mark parent %q: %w", p, err)
+			}
+		}
+	}
+	created, err := mkdirOnce(root, rec.SubDir, 0o700)
+	if err != nil || !created {
+		return err
+	}
+	if rec.UID >= 0 || rec.GID >= 0 {
+		if err := root.Lchown(rec.SubDir, rec.UID, rec.GID); err != nil {
+			return fault.Wrap(fault.PermissionDenied, err, "set owner %d:%d of %q (is the export root-squashed?)", rec.UID, rec.GID, rec.SubDir)
+		}
+	}
+	// Chmod after chown: chown clears the setgid bit.
+	if err := root.Chmod(rec.SubDir, modeBits(rec.Mode)); err != nil {
+		return fault.Wrap(fault.PermissionDenied, err, "set mode %04o of %q", rec.Mode, rec.SubDir)
+	}
+	return nil
+}
+
+// modeBits converts Unix permission bits (with setuid/setgid/sticky) to an
+// fs.FileMode.
+func modeBits(m uint32) fs.FileMode {
+	fm := fs.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		fm |= fs.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= fs.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= fs.ModeSticky
+	}
+	return fm
+}
+
+// mkdirOnce creates dir and reports whether it did; an existing directory is
+// fine, an existing symlink or file is FailedPrecondition.
+func mkdirOnce(root *os.Root, dir string, perm fs.FileMode) (bool, error) {
+	err := root.Mkdir(dir, perm)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return false, fmt.Errorf("create %q: %w", dir, err)
+	}
+	st, err := root.Lstat(dir)
+	if err != nil {
+		return false, fmt.Errorf("check %q: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return false, fault.New(fault.FailedPrecondition, "%q exists on the share and is not a directory (%s); nfsdir will not follow or replace it", dir, st.Mode().Type())
+	}
+	return false, nil
+}
+
+func parentMarker(p string) string {
+	sum := sha256.Sum256([]byte(p))
+	return path.Join(parentsDir, hex.EncodeToString(sum[:16]))
+}
+
+func ensureMeta(root *os.Root) error {
+	for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir, tmpDir} {
+		if _, err := mkdirOnce(root, d, 0o700); err != nil {
+			return fault.Wrap(fault.KindOf(err), err, "metadata area")
+		}
+	}
+	return nil
+}
+
+// Lookup returns the record of a volume ID, or nil when the volume does not
+// exist (never created, or deleted). A record with another token belongs to
+// a later volume of the same name and counts as not found.
+func Lookup(root *os.Root, id volumeid.ID) (*Record, error) {
+	rec, err := readRecord(root, id.Key)
+	if err != nil || rec == nil || rec.Token != id.Token {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Delete applies the record's onDelete policy to the volume of id and then
+// removes the record. A volume that does not exist is not an error. With
+// "delete", the directory is renamed into the trash at once and purged later
+// by a Purger.
+func Delete(ctx context.Context, root *os.Root, id volumeid.ID) error {
+	rec, err := Lookup(root, id)
+	if err != nil || rec == nil {
+		return err
+	}
+	st, err := root.Lstat(rec.SubDir)
+	exists := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("check %q: %w", rec.SubDir, err)
+	}
+	if exists && !st.IsDir() {
+		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
+	}
+	if exists {
+		switch rec.OnDelete {
+		case params.Retain:
+			klog.Infof("volume %s: retaining %q", rec.Name, rec.SubDir)
+		case params.Archive:
+			if err := archive(root, rec); err != nil {
+				return err
+			}
+		default:
+			if err := root.Rename(rec.SubDir, trashName(id)); err != nil {
+				return fmt.Errorf("move %q to trash: %w", rec.SubDir, err)
+			}
+		}
+	}
+	if err := removeRecord(root, id.Key); err != nil {
+		return err
+	}
+	if rec.OnDelete != params.Retain {
+		pruneParents(root, rec.SubDir)
+	}
+	return nil
+}
+
+func trashName(id volumeid.ID) string { return path.Join(trashDir, id.Key+"."+id.Token) }
+
+func archive(root *os.Root, rec *Record) error {
+	for attempt := 0; attempt < 1000; attempt++ {
+		name := safepath.ArchiveName(rec.SubDir, attempt)
+		if _, err := root.Lstat(name); err == nil {
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("check %q: %w", name, err)
+		}
+		if err := root.Rename(rec.SubDir, name); err != nil {
+			return fmt.Errorf("archive %q as %q: %w", rec.SubDir, name, err)
+		}
+		klog.Infof("volume %s: archived %q as %q", rec.Name, rec.SubDir, name)
+		return nil
+	}
+	return fault.New(fault.ResourceExhausted, "no free archive name for %q", rec.SubDir)
+}
+
+// pruneParents removes parent directories that nfsdir created for templated
+// subDirs once they are empty, deepest first, never the share root.
+func pruneParents(root *os.Root, subDir string) {
+	for _, p := range safepath.Parents(subDir) {
+		if _, err := root.Lstat(parentMarker(p)); err != nil {
+			return // not ours
+		}
+		if err := root.Remove(p); err != nil {
+			return // not empty, or gone
+		}
+		_ = root.Remove(parentMarker(p))
+	}
+}
+
+// Purger removes the trash of shares in the background with bounded
+// concurrency. Deleted volumes are renamed into the trash synchronously, so
+// DeleteVolume returns fast whatever their size; the purge resumes after a
+// restart because the trash lives on the share.
+type Purger struct {
+	sem chan struct{}
+	wg  sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]bool // trash entries being purged, by share path + name
+}
+
+// NewPurger returns a Purger running at most workers removals at once.
+func NewPurger(workers int) *Purger {
+	return &Purger{sem: make(chan struct{}, workers), running: map[string]bool{}}
+}
+
+// Kick starts purging every trash entry of the share at sharePath that is not
+// already being purged. It returns at once.
+func (p *Purger) Kick(ctx context.Context, sharePath string, root *os.Root) {
+	entries, err := fs.ReadDir(root.FS(), trashDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			klog.Warningf("list trash of %s: %v", sharePath, err)
+		}
+		return
+	}
+	for _, e := range entries {
+		name := path.Join(trashDir, e.Name())
+		id := sharePath + "\x00" + name
+		p.mu.Lock()
+		if p.running[id] {
+			p.mu.Unlock()
+			continue
+		}
+		p.running[id] = true
+		p.mu.Unlock()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer func() { p.mu.Lock(); delete(p.running, id); p.mu.Unlock() }()
+			select {
+			case p.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-p.sem }()
+			start := time.Now()
+			if err := root.RemoveAll(name); err != nil {
+				klog.Warningf("purge %s on %s: %v (will retry)", name, sharePath, err)
+				return
+			}
+			klog.V(2).Infof("purged %s on %s in %s", name, sharePath, time.Since(start).Round(time.Millisecond))
+		}()
+	}
+}
+
+// Wait waits for the purges started so far.
+func (p *Purger) Wait() { p.wg.Wait() }
+
+// Pending returns how many purges are running or queued.
+func (p *Purger) Pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.running)
+}

@@ -1,0 +1,171 @@
+package provision
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+func newShare(t *testing.T) (string, *os.Root) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return dir, root
+}
+
+func idOf(rec *Record) volumeid.ID {
+	return volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: volumeid.KeyFor(rec.Name), Token: rec.Token}
+}
+
+func req(name, sub string, policy params.OnDelete) Request {
+	return Request{Name: name, SubDir: sub, OnDelete: policy, Mode: 0o2770, UID: -1, GID: -1, CapacityBytes: 1 << 20}
+}
+
+func TestCreateIdempotentAndConflicts(t *testing.T) {
+	ctx := context.Background()
+	dir, root := newShare(t)
+	r1, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "ns/pvc-1"))
+	if err != nil || st.Mode().Perm() != 0o770 || st.Mode()&os.ModeSetgid == 0 {
+		t.Fatalf("volume dir: %v %v", st.Mode(), err)
+	}
+	r2, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", params.Delete))
+	if err != nil || r2.Token != r1.Token {
+		t.Fatalf("retry: %+v %v", r2, err)
+	}
+	bigger := req("pvc-1", "ns/pvc-1", params.Delete)
+	bigger.CapacityBytes *= 2
+	if _, err := Create(ctx, root, bigger); !fault.Is(err, fault.AlreadyExists) {
+		t.Fatalf("different capacity: %v", err)
+	}
+	if _, err := Create(ctx, root, req("pvc-2", "ns/pvc-1", params.Delete)); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), "did not create") {
+		t.Fatalf("second name on same dir: %v", err)
+	}
+	// Crash between record and directory: the retry makes the directory.
+	os.Remove(filepath.Join(dir, "ns/pvc-1"))
+	if _, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", params.Delete)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ns/pvc-1")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSymlinkedParentIsRefused(t *testing.T) {
+	dir, root := newShare(t)
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "ns")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(context.Background(), root, req("pvc-1", "ns/pvc-1", params.Delete)); err == nil {
+		t.Fatal("created through a symlink")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("wrote outside the share: %v", ents)
+	}
+}
+
+func TestDeletePolicies(t *testing.T) {
+	ctx := context.Background()
+	for _, policy := range []params.OnDelete{params.Delete, params.Retain, params.Archive} {
+		t.Run(string(policy), func(t *testing.T) {
+			dir, root := newShare(t)
+			os.WriteFile(filepath.Join(dir, "canary"), []byte("x"), 0o600)
+			rec, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(dir, "ns/pvc-1/data"), []byte("data"), 0o600)
+			if err := Delete(ctx, root, idOf(rec)); err != nil {
+				t.Fatal(err)
+			}
+			_, errVol := os.Stat(filepath.Join(dir, "ns/pvc-1/data"))
+			_, errArch := os.Stat(filepath.Join(dir, "archived-ns-pvc-1/data"))
+			_, errParent := os.Stat(filepath.Join(dir, "ns"))
+			switch policy {
+			case params.Retain:
+				if errVol != nil {
+					t.Error("retained data gone")
+				}
+			case params.Archive:
+				if errVol == nil || errArch != nil || errParent == nil {
+					t.Errorf("archive: vol %v arch %v parent %v", errVol, errArch, errParent)
+				}
+			case params.Delete:
+				if errVol == nil || errParent == nil {
+					t.Errorf("delete: vol %v parent %v", errVol, errParent)
+				}
+				p := NewPurger(2)
+				p.Kick(ctx, dir, root)
+				p.Wait()
+				if ents, _ := os.ReadDir(filepath.Join(dir, trashDir)); len(ents) != 0 {
+					t.Errorf("trash not purged: %v", ents)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "canary")); err != nil {
+				t.Error("canary gone")
+			}
+			// Deleting again is a no-op.
+			if err := Delete(ctx, root, idOf(rec)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestDeleteNeverTouchesForeignDirectories(t *testing.T) {
+	ctx := context.Background()
+	dir, root := newShare(t)
+	os.MkdirAll(filepath.Join(dir, "foreign"), 0o755)
+	os.WriteFile(filepath.Join(dir, "foreign/data"), []byte("x"), 0o600)
+	// An ID naming the foreign directory's would-be record does nothing.
+	id := volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: volumeid.KeyFor("foreign"), Token: "aaaaaaaa"}
+	if err := Delete(ctx, root, id); err != nil {
+		t.Fatal(err)
+	}
+	// A recreated volume of the same name is not deleted by the old ID.
+	rec, _ := Create(ctx, root, req("v", "v", params.Delete))
+	old := idOf(rec)
+	if err := Delete(ctx, root, old); err != nil {
+		t.Fatal(err)
+	}
+	rec2, _ := Create(ctx, root, req("v", "v", params.Delete))
+	if err := Delete(ctx, root, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "v")); err != nil || rec2.Token == rec.Token {
+		t.Fatalf("stale ID deleted the new volume: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "foreign/data")); err != nil {
+		t.Fatal("foreign data gone")
+	}
+}
+
+func TestPrunesOnlyParentsItCreated(t *testing.T) {
+	ctx := context.Background()
+	dir, root := newShare(t)
+	os.Mkdir(filepath.Join(dir, "premade"), 0o755)
+	rec, err := Create(ctx, root, req("a", "premade/a", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Delete(ctx, root, idOf(rec)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "premade")); err != nil {
+		t.Fatal("removed a parent nfsdir did not create")
+	}
+}

@@ -1,0 +1,103 @@
+package provision
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"time"
+
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// Layout of the metadata area at the share root (format version 1):
+//
+//	.nfsdir/volumes/<key>.json   one Record per provisioned volume
+//	.nfsdir/parents/<hash>       marks a parent directory nfsdir created
+//	.nfsdir/trash/<key>.<token>  deleted volume directories awaiting purge
+//	.nfsdir/tmp/                 files being written
+const (
+	volumesDir = safepath.MetaDir + "/volumes"
+	parentsDir = safepath.MetaDir + "/parents"
+	trashDir   = safepath.MetaDir + "/trash"
+	tmpDir     = safepath.MetaDir + "/tmp"
+)
+
+// RecordVersion is the version of the record format written by this code.
+const RecordVersion = 1
+
+// Record is nfsdir's proof that it created a volume directory. It is written
+// before the directory is created and removed only after the directory is
+// gone (or archived or retained), so a crash in between is retried safely.
+type Record struct {
+	Version       int             `json:"version"`
+	Name          string          `json:"name"`  // CSI volume name
+	Token         string          `json:"token"` // creation token, also in the volume ID
+	SubDir        string          `json:"subDir"`
+	OnDelete      params.OnDelete `json:"onDelete"`
+	Mode          uint32          `json:"mode"`
+	UID           int             `json:"uid"` // -1: not changed
+	GID           int             `json:"gid"` // -1: not changed
+	CapacityBytes int64           `json:"capacityBytes"`
+	Created       time.Time       `json:"created"`
+}
+
+func recordPath(key string) string { return path.Join(volumesDir, key+".json") }
+
+// readRecord returns the record stored under key, or nil when there is none.
+func readRecord(root *os.Root, key string) (*Record, error) {
+	b, err := root.ReadFile(recordPath(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read volume record: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("volume record %s is corrupt: %w", recordPath(key), err)
+	}
+	if r.Version != RecordVersion {
+		return nil, fmt.Errorf("volume record %s has format version %d; this nfsdir reads version %d", recordPath(key), r.Version, RecordVersion)
+	}
+	if err := safepath.CheckVolumePath(r.SubDir); err != nil {
+		return nil, fmt.Errorf("volume record %s names an unsafe directory: %v", recordPath(key), err)
+	}
+	if volumeid.KeyFor(r.Name) != key {
+		return nil, fmt.Errorf("volume record %s belongs to another volume name", recordPath(key))
+	}
+	return &r, nil
+}
+
+// writeRecordExclusive publishes r under key unless a record exists there: it
+// writes a temporary file and hard-links it into place, which is atomic and
+// exclusive on NFS too. It returns fs.ErrExist when a record was there.
+func writeRecordExclusive(root *os.Root, key string, r *Record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path.Join(tmpDir, key+"."+r.Token)
+	if err := root.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write volume record: %w", err)
+	}
+	defer root.Remove(tmp)
+	if err := root.Link(tmp, recordPath(key)); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fs.ErrExist
+		}
+		return fmt.Errorf("publish volume record: %w", err)
+	}
+	return nil
+}
+
+func removeRecord(root *os.Root, key string) error {
+	if err := root.Remove(recordPath(key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove volume record: %w", err)
+	}
+	return nil
+}

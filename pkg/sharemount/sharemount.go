@@ -1,0 +1,233 @@
+// Package sharemount keeps the controller's NFS shares mounted: one mount per
+// export and option set under the state directory, reused by every call,
+// health-checked with a bounded probe and mounted again when stale. It hands
+// out an *os.Root of the share so that all work below it stays inside it.
+package sharemount
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+)
+
+// checkEvery is how long a successful health check is trusted.
+const checkEvery = 5 * time.Second
+
+// probeTimeout bounds one health check of a kept mount.
+const probeTimeout = 10 * time.Second
+
+// Share is a mounted export.
+type Share struct {
+	Export  export.Export
+	Options mountopts.Options
+	Path    string // mount point
+
+	root    *os.Root
+	checked time.Time
+}
+
+// Root returns the share opened as an *os.Root: paths resolved through it
+// cannot leave the share, whatever symlinks it holds.
+func (s *Share) Root() *os.Root { return s.root }
+
+// Manager owns the kept mounts. It is safe for concurrent use.
+type Manager struct {
+	dir          string
+	mounter      nfsmount.Mounter
+	mountTimeout time.Duration
+	onMount      func(*Share) // called after each (re)mount, e.g. to resume purges
+
+	mu      sync.Mutex
+	entries map[string]*entry
+}
+
+type entry struct {
+	sem   chan struct{} // 1-slot lock that honours contexts
+	share *Share
+}
+
+// New returns a Manager keeping mounts under dir/mounts and option records
+// under dir/options. onMount may be nil.
+func New(dir string, m nfsmount.Mounter, mountTimeout time.Duration, onMount func(*Share)) (*Manager, error) {
+	for _, d := range []string{"mounts", "options"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("state directory: %w", err)
+		}
+	}
+	return &Manager{dir: dir, mounter: m, mountTimeout: mountTimeout, onMount: onMount, entries: map[string]*entry{}}, nil
+}
+
+// Key returns the name of the mount point for an export and option set.
+func Key(e export.Export, opts mountopts.Options) string {
+	sum := sha256.Sum256([]byte(e.String() + "\x00" + opts.Canonical()))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// Get returns the mounted share, mounting it or mounting it again when its
+// mount went stale. Errors: Unavailable when the server does not answer,
+// DeadlineExceeded when mounting took longer than the mount timeout.
+func (m *Manager) Get(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
+	opts = opts.ForShare()
+	key := Key(e, opts)
+	m.mu.Lock()
+	en, ok := m.entries[key]
+	if !ok {
+		en = &entry{sem: make(chan struct{}, 1)}
+		m.entries[key] = en
+	}
+	m.mu.Unlock()
+
+	select {
+	case en.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fault.Wrap(fault.Aborted, ctx.Err(), "waiting for share %s", e)
+	}
+	defer func() { <-en.sem }()
+
+	if s := en.share; s != nil {
+		if time.Since(s.checked) < checkEvery {
+			return s, nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		_, err := m.mounter.Probe(pctx, s.Path)
+		cancel()
+		if err == nil {
+			s.checked = time.Now()
+			return s, nil
+		}
+		if !nfsmount.IsStale(err) && ctx.Err() == nil && !isDeadline(err) {
+			return nil, fault.Wrap(fault.Unavailable, err, "share %s", e)
+		}
+		klog.Warningf("kept mount of %s at %s is unhealthy (%v); mounting again", e, s.Path, err)
+		s.root.Close()
+		en.share = nil
+		if err := m.mounter.Unmount(ctx, s.Path); err != nil {
+			return nil, fault.Wrap(fault.Unavailable, err, "share %s", e)
+		}
+	}
+	s, err := m.mount(ctx, e, opts, key)
+	if err != nil {
+		return nil, err
+	}
+	en.share = s
+	if m.onMount != nil {
+		m.onMount(s)
+	}
+	return s, nil
+}
+
+func isDeadline(err error) bool { return fault.KindOf(err) == fault.DeadlineExceeded }
+
+func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Options, key string) (*Share, error) {
+	mp := filepath.Join(m.dir, "mounts", key)
+	if err := os.MkdirAll(mp, 0o700); err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "state directory")
+	}
+	cur, err := m.mounter.Mounted(mp)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil && cur.Source != e.String() {
+		klog.Warningf("%s holds %s, not %s; unmounting it", mp, cur.Source, e)
+		if err := m.mounter.Unmount(ctx, mp); err != nil {
+			return nil, fault.Wrap(fault.Unavailable, err, "share %s", e)
+		}
+		cur = nil
+	}
+	if cur == nil {
+		mctx, cancel := context.WithTimeout(ctx, m.mountTimeout)
+		err := m.mounter.Mount(mctx, e.String(), mp, opts)
+		cancel()
+		if err != nil {
+			if isDeadline(err) {
+				return nil, fault.Wrap(fault.DeadlineExceeded, err, "mounting share %s", e)
+			}
+			return nil, fault.Wrap(fault.Unavailable, err, "mounting share %s (check server, share and mountOptions)", e)
+		}
+	}
+	root, err := os.OpenRoot(mp)
+	if err != nil {
+		return nil, fault.Wrap(fault.Unavailable, err, "opening share %s", e)
+	}
+	return &Share{Export: e, Options: opts, Path: mp, root: root, checked: time.Now()}, nil
+}
+
+// Shares returns the currently mounted shares.
+func (m *Manager) Shares() []*Share {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Share
+	for _, en := range m.entries {
+		select {
+		case en.sem <- struct{}{}:
+			if en.share != nil {
+				out = append(out, en.share)
+			}
+			<-en.sem
+		default: // busy: being (re)mounted; skip this round
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Usable reports whether the state directory can be written; Probe uses it.
+func (m *Manager) Usable() error {
+	f, err := os.CreateTemp(m.dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// Close unmounts every kept share, each bounded by ctx.
+func (m *Manager) Close(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, en := range m.entries {
+		if s := en.share; s != nil {
+			s.root.Close()
+			if err := m.mounter.Unmount(ctx, s.Path); err != nil {
+				klog.Warningf("unmount %s: %v", s.Path, err)
+			}
+		}
+		delete(m.entries, k)
+	}
+}
+
+// RememberOptions stores the mount options whose digest a volume ID carries
+// instead of the options themselves.
+func (m *Manager) RememberOptions(digest string, opts mountopts.Options) error {
+	p := filepath.Join(m.dir, "options", digest)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(opts.String()), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// LookupOptions returns the options stored for digest. The error is
+// FailedPrecondition when they are unknown here.
+func (m *Manager) LookupOptions(digest string) (mountopts.Options, error) {
+	b, err := os.ReadFile(filepath.Join(m.dir, "options", filepath.Base(digest)))
+	if err != nil {
+		return nil, fault.Wrap(fault.FailedPrecondition, err,
+			"the volume ID refers to mount options %s that this controller's state directory does not hold", digest)
+	}
+	return mountopts.Parse(string(b))
+}
