@@ -34,6 +34,9 @@ type Mounter interface {
 	// Mounted returns the mount table entry at target, or nil when nothing
 	// is mounted there. It reads the mount table only.
 	Mounted(target string) (*Entry, error)
+	// Targets returns the mount points where source is mounted, from the
+	// mount table only.
+	Targets(source string) ([]string, error)
 	// Probe stats path within ctx and returns its filesystem usage; a
 	// stale, dead or unreachable mount returns an error (ESTALE, EIO, a
 	// deadline) instead of blocking.
@@ -176,6 +179,21 @@ func (s *System) Mounted(target string) (*Entry, error) {
 		}
 	}
 	return found, nil
+}
+
+// Targets lists the mount points of source.
+func (s *System) Targets(source string) ([]string, error) {
+	infos, err := mountutils.ParseMountInfo(s.mountInfo)
+	if err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	var out []string
+	for _, mi := range infos {
+		if mi.Source == source {
+			out = append(out, mi.MountPoint)
+		}
+	}
+	return out, nil
 }
 
 // probe is one statfs in flight; later callers for the same path wait for

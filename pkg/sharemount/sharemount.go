@@ -231,3 +231,14 @@ func (m *Manager) LookupOptions(digest string) (mountopts.Options, error) {
 	}
 	return mountopts.Parse(string(b))
 }
+
+// Usage returns the share's filesystem usage, bounded by the probe timeout.
+func (m *Manager) Usage(ctx context.Context, s *Share) (nfsmount.Usage, error) {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	u, err := m.mounter.Probe(pctx, s.Path)
+	if err != nil {
+		return u, fault.Wrap(fault.Unavailable, err, "share %s", s.Export)
+	}
+	return u, nil
+}

@@ -102,6 +102,19 @@ func (f *Fake) Mounted(target string) (*nfsmount.Entry, error) {
 	return nil, nil
 }
 
+// Targets lists the fake mount points of source.
+func (f *Fake) Targets(source string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for t, e := range f.table {
+		if e.Source == source {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
 // Probe stats the local directory behind path.
 func (f *Fake) Probe(ctx context.Context, path string) (nfsmount.Usage, error) {
 	return nfsmount.NewSystem().Probe(ctx, path)

@@ -1,0 +1,58 @@
+# nfsdir build and test entry points. `make test` is what CI runs.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/nfsdir/nfsdir/pkg/version.Version=$(VERSION) -X github.com/nfsdir/nfsdir/pkg/version.Commit=$(COMMIT)
+LAB := $(CURDIR)/tests/nfsvm/run.sh
+# Packages whose tests need the NFS lab guest.
+LAB_PKGS := ./tests/sanity/ ./tests/e2e/
+# Fuzz targets run for FUZZTIME each in `make test` (longer in `make fuzz`).
+FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volumeid:FuzzParse \
+	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse
+FUZZTIME ?= 5s
+
+export CGO_ENABLED := 0
+
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-image clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nfsdir ./cmd/nfsdir
+
+## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
+## short fuzzing, then the real-NFS lab tests (csi-sanity and e2e in the qemu guest).
+test: check unit fuzz-short test-nfs
+
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 ./...
+
+fuzz-short:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) >/tmp/nfsdir-fuzz.log 2>&1 || { cat /tmp/nfsdir-fuzz.log; exit 1; }; \
+	done
+
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=2m
+
+## test-nfs: the lab tests, each test binary in its own qemu guest with a kernel NFS server.
+test-nfs: lab-image
+	$(GO) test -count=1 -timeout 20m -exec $(LAB) -v $(LAB_PKGS) 2>&1 | tee /tmp/nfsdir-lab.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'; exit $${PIPESTATUS[0]}
+
+lab-image:
+	@tests/nfsvm/build-image.sh >/dev/null
+
+## demo: start the lab, provision a volume, mount it on two targets, write/read, unmount, delete.
+demo: lab-image
+	$(GO) build -o bin/demo ./tests/demo
+	$(LAB) bin/demo
+
+clean:
+	rm -rf bin

@@ -1,0 +1,85 @@
+// Command nfsdir is a CSI driver that turns one NFS export into many
+// volumes: every volume is a subdirectory of the export.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/csiserver"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/version"
+)
+
+func main() {
+	cfg, showVersion, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nfsdir:", err)
+		os.Exit(2)
+	}
+	if showVersion {
+		fmt.Println("nfsdir", version.String())
+		return
+	}
+	if err := run(cfg); err != nil {
+		klog.Errorf("nfsdir: %v", err)
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func parseFlags(args []string) (config.Config, bool, error) {
+	cfg := config.Default()
+	cfg.Version = version.Version
+	fs := pflag.NewFlagSet("nfsdir", pflag.ContinueOnError)
+	fs.StringVar(&cfg.Endpoint, "endpoint", cfg.Endpoint, "CSI endpoint: unix:///path/to/csi.sock or tcp://host:port")
+	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID (required for the node service)")
+	fs.StringVar(&cfg.DriverName, "driver-name", cfg.DriverName, "CSI driver name")
+	mode := fs.String("mode", string(cfg.Mode), "services to run: controller, node or all")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory where the controller keeps its share mounts")
+	onDelete := fs.String("default-on-delete", string(cfg.DefaultOnDelete), "what DeleteVolume does when the StorageClass sets no onDelete: delete, retain or archive")
+	fs.DurationVar(&cfg.MountTimeout, "mount-timeout", cfg.MountTimeout, "how long one NFS mount may take before it is killed")
+	fs.IntVar(&cfg.PurgeWorkers, "purge-workers", cfg.PurgeWorkers, "how many deleted volumes are purged at once")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	fs.SortFlags = false
+	if err := fs.Parse(args); err != nil {
+		return cfg, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *showVersion {
+		return cfg, true, nil
+	}
+	cfg.Mode = config.Mode(*mode)
+	cfg.DefaultOnDelete = params.OnDelete(strings.ToLower(*onDelete))
+	return cfg, false, cfg.Validate()
+}
+
+func run(cfg config.Config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d, err := csiserver.New(cfg, nfsmount.NewSystem())
+	if err != nil {
+		return err
+	}
+	l, err := csiserver.Listen(cfg.Endpoint)
+	if err != nil {
+		return err
+	}
+	return d.Serve(ctx, l)
+}

@@ -1,0 +1,136 @@
+// Package config holds the driver's configuration, its defaults and its
+// validation. It does no I/O: main fills a Config from flags, calls Validate,
+// and hands it to the server.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nfsdir/nfsdir/pkg/params"
+)
+
+// Mode selects which CSI services the process serves.
+type Mode string
+
+// The modes.
+const (
+	ModeController Mode = "controller"
+	ModeNode       Mode = "node"
+	ModeAll        Mode = "all"
+)
+
+// Defaults.
+const (
+	DefaultEndpoint     = "unix:///csi/csi.sock"
+	DefaultDriverName   = "nfsdir.csi.io"
+	DefaultStateDir     = "/var/lib/nfsdir"
+	DefaultMountTimeout = 2 * time.Minute
+	// DefaultVolumeMode is the mode of a new volume directory when the
+	// StorageClass sets no mountPermissions: rwx for owner and group, setgid
+	// so files inherit the group, nothing for others. With fsGroupPolicy
+	// File, kubelet gives the directory the pod's fsGroup, so non-root pods
+	// can write; other tenants of the export cannot read it.
+	DefaultVolumeMode = 0o2770
+)
+
+// Config is the driver configuration.
+type Config struct {
+	Endpoint        string
+	NodeID          string
+	DriverName      string
+	Version         string
+	Mode            Mode
+	StateDir        string
+	DefaultOnDelete params.OnDelete
+	MountTimeout    time.Duration
+	// PurgeWorkers bounds concurrent background purges of deleted volumes.
+	PurgeWorkers int
+}
+
+// Default returns a Config with every default applied.
+func Default() Config {
+	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
+		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4}
+}
+
+// Controller reports whether the controller service runs.
+func (c Config) Controller() bool { return c.Mode == ModeController || c.Mode == ModeAll }
+
+// Node reports whether the node service runs.
+func (c Config) Node() bool { return c.Mode == ModeNode || c.Mode == ModeAll }
+
+// Validate checks the configuration and returns one error line naming the
+// flag to fix.
+func (c Config) Validate() error {
+	if _, _, err := ParseEndpoint(c.Endpoint); err != nil {
+		return err
+	}
+	switch c.Mode {
+	case ModeController, ModeNode, ModeAll:
+	default:
+		return fmt.Errorf("--mode %q must be controller, node or all", c.Mode)
+	}
+	if c.Node() && c.NodeID == "" {
+		return fmt.Errorf("--node-id is required when the node service runs (--mode=%s)", c.Mode)
+	}
+	if err := checkDriverName(c.DriverName); err != nil {
+		return err
+	}
+	if c.Controller() && !strings.HasPrefix(c.StateDir, "/") {
+		return fmt.Errorf("--state-dir %q must be an absolute path", c.StateDir)
+	}
+	if _, err := params.ParseOnDelete(string(c.DefaultOnDelete)); err != nil {
+		return fmt.Errorf("--default-on-delete: %v", err)
+	}
+	if c.MountTimeout < time.Second {
+		return fmt.Errorf("--mount-timeout %s must be at least 1s", c.MountTimeout)
+	}
+	if c.PurgeWorkers < 1 {
+		return fmt.Errorf("purge workers must be at least 1")
+	}
+	return nil
+}
+
+// checkDriverName applies the CSI rule: at most 63 characters, starting and
+// ending with an alphanumeric, with '-', '_' and '.' in between.
+func checkDriverName(n string) error {
+	if n == "" || len(n) > 63 {
+		return fmt.Errorf("--driver-name %q must have 1 to 63 characters", n)
+	}
+	for i, r := range n {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || i == len(n)-1 || !strings.ContainsRune("-_.", r)) {
+			return fmt.Errorf("--driver-name %q may hold only letters, digits, '-', '_' and '.', and must start and end with a letter or digit", n)
+		}
+	}
+	return nil
+}
+
+// ParseEndpoint splits a CSI endpoint into a network ("unix" or "tcp") and
+// an address.
+func ParseEndpoint(ep string) (network, address string, err error) {
+	u, err := url.Parse(ep)
+	if err != nil {
+		return "", "", fmt.Errorf("--endpoint %q: %v", ep, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		p := u.Path
+		if u.Host != "" { // unix://relative/path
+			p = u.Host + u.Path
+		}
+		if p == "" {
+			return "", "", fmt.Errorf("--endpoint %q has no socket path", ep)
+		}
+		return "unix", p, nil
+	case "tcp":
+		if u.Host == "" {
+			return "", "", fmt.Errorf("--endpoint %q has no host:port", ep)
+		}
+		return "tcp", u.Host, nil
+	}
+	return "", "", fmt.Errorf("--endpoint %q must start with unix:// or tcp://", ep)
+}

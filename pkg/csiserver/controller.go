@@ -1,0 +1,316 @@
+package csiserver
+
+import (
+	"context"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/keylock"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/sharemount"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// Controller serves the CSI Controller service: volumes are directories on
+// kept share mounts. There is no attach stage.
+type Controller struct {
+	csi.UnimplementedControllerServer
+	shares          *sharemount.Manager
+	purger          *provision.Purger
+	purgeCtx        context.Context
+	defaultOnDelete params.OnDelete
+	defaultMode     uint32
+	locks           keylock.Set
+}
+
+var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+}
+
+// ControllerGetCapabilities lists the controller RPCs nfsdir implements.
+func (s *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	resp := &csi.ControllerGetCapabilitiesResponse{}
+	for _, c := range controllerCaps {
+		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
+	}
+	return resp, nil
+}
+
+// CreateVolume creates <share>/<subDir> and records it on the share.
+func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, invalid("volume name is required")
+	}
+	opts, err := checkCapabilities(req.GetVolumeCapabilities())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, invalid("creating a volume from a snapshot or another volume is not supported")
+	}
+	capacity, err := capacityOf(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	p := req.GetParameters()
+	if _, ok := lookupFold(p, params.KeyPVName); !ok {
+		// csi-provisioner names the volume after the PV.
+		p = withEntry(p, params.KeyPVName, req.GetName())
+	}
+	cp, err := params.ParseCreate(p)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
+		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity}
+	if preq.OnDelete == "" {
+		preq.OnDelete = s.defaultOnDelete
+	}
+	if preq.Mode == 0 {
+		preq.Mode = s.defaultMode
+	}
+
+	if !s.locks.TryAcquire(req.GetName()) {
+		return nil, busy("volume " + req.GetName())
+	}
+	defer s.locks.Release(req.GetName())
+
+	share, err := s.shares.Get(ctx, cp.Export, opts)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	rec, err := provision.Create(ctx, share.Root(), preq)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	id, err := volumeid.New(cp.Export, volumeid.KeyFor(rec.Name), rec.Token, share.Options.String())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	if id.OptionsRef != "" {
+		if err := s.shares.RememberOptions(id.OptionsRef, share.Options); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	klog.Infof("volume %s: %s on %s (onDelete=%s, mode %04o)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode)
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:      id.String(),
+		CapacityBytes: rec.CapacityBytes,
+		VolumeContext: map[string]string{
+			params.KeyServer: cp.Export.Server,
+			params.KeyShare:  cp.Export.Share,
+			"subDir":         rec.SubDir,
+		},
+	}}, nil
+}
+
+// DeleteVolume applies the volume's onDelete policy. Volumes nfsdir did not
+// create are never touched.
+func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, invalid("volume ID is required")
+	}
+	id, err := volumeid.Parse(raw)
+	if err != nil {
+		if l, lerr := volumeid.ParseLegacy(raw); lerr == nil {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"volume %q was not created by nfsdir (csi-driver-nfs ID for %s, subDir %q); nfsdir never deletes such directories: delete the data by hand", raw, l.Export, l.SubDir)
+		}
+		// Nothing nfsdir could have created: there is nothing to delete.
+		klog.Warningf("DeleteVolume %q: %v; nothing to do", raw, err)
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if !s.locks.TryAcquire(raw) {
+		return nil, busy("volume " + raw)
+	}
+	defer s.locks.Release(raw)
+
+	share, err := s.shareOf(ctx, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := provision.Delete(ctx, share.Root(), id); err != nil {
+		return nil, toStatus(err)
+	}
+	s.purger.Kick(s.purgeCtx, share.Path, share.Root())
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+func (s *Controller) shareOf(ctx context.Context, id volumeid.ID) (*sharemount.Share, error) {
+	opts, err := mountopts.Parse(id.Options)
+	if id.OptionsRef != "" {
+		opts, err = s.shares.LookupOptions(id.OptionsRef)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.shares.Get(ctx, id.Export, opts)
+}
+
+// ValidateVolumeCapabilities confirms filesystem access of any mode.
+func (s *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, invalid("volume ID is required")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, invalid("volume capabilities are required")
+	}
+	if err := s.exists(ctx, raw); err != nil {
+		return nil, toStatus(err)
+	}
+	if _, err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// exists returns nil when the volume exists, NotFound when it does not.
+func (s *Controller) exists(ctx context.Context, raw string) error {
+	id, err := volumeid.Parse(raw)
+	if err != nil {
+		l, lerr := volumeid.ParseLegacy(raw)
+		if lerr != nil {
+			return fault.New(fault.NotFound, "volume %q does not exist: %v", raw, err)
+		}
+		share, err := s.shares.Get(ctx, l.Export, nil)
+		if err != nil {
+			return err
+		}
+		dir := l.SubDir
+		if dir == "" {
+			dir = "."
+		}
+		if st, err := share.Root().Stat(dir); err != nil || !st.IsDir() {
+			return fault.New(fault.NotFound, "volume %q: directory %q does not exist on %s", raw, l.SubDir, l.Export)
+		}
+		return nil
+	}
+	share, err := s.shareOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	rec, err := provision.Lookup(share.Root(), id)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return fault.New(fault.NotFound, "volume %q does not exist", raw)
+	}
+	return nil
+}
+
+// GetCapacity returns the free space of the share named by the parameters;
+// without parameters there is no share to measure and it returns 0.
+func (s *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	p := req.GetParameters()
+	server, _ := lookupFold(p, params.KeyServer)
+	share, _ := lookupFold(p, params.KeyShare)
+	if server == "" && share == "" {
+		return &csi.GetCapacityResponse{}, nil
+	}
+	e, err := export.New(server, share)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	var flags []string
+	for _, c := range req.GetVolumeCapabilities() {
+		flags = append(flags, c.GetMount().GetMountFlags()...)
+	}
+	opts, err := mountopts.Parse(flags...)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	sh, err := s.shares.Get(ctx, e, opts)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	u, err := s.shares.Usage(ctx, sh)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &csi.GetCapacityResponse{AvailableCapacity: u.AvailableBytes}, nil
+}
+
+// checkCapabilities accepts filesystem ("mount") capabilities of any access
+// mode and returns the mount options they carry; block is InvalidArgument.
+func checkCapabilities(caps []*csi.VolumeCapability) (mountopts.Options, error) {
+	if len(caps) == 0 {
+		return nil, invalid("volume capabilities are required")
+	}
+	var flags []string
+	for _, c := range caps {
+		if c.GetBlock() != nil {
+			return nil, invalid("block volumes are not supported: nfsdir volumes are NFS directories (use volumeMode: Filesystem)")
+		}
+		m := c.GetMount()
+		if m == nil {
+			return nil, invalid("volume capability must be a filesystem (mount) capability")
+		}
+		switch m.GetFsType() {
+		case "", "nfs", "nfs4":
+		default:
+			return nil, invalid("fsType %q is not supported: nfsdir volumes are NFS", m.GetFsType())
+		}
+		if c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_UNKNOWN {
+			return nil, invalid("volume capability has no access mode")
+		}
+		flags = append(flags, m.GetMountFlags()...)
+	}
+	opts, err := mountopts.Parse(flags...)
+	if err != nil {
+		return nil, invalid("StorageClass mountOptions: %v", err)
+	}
+	return opts, nil
+}
+
+// capacityOf returns the capacity to record: the required bytes, or the
+// limit when only a limit is given.
+func capacityOf(r *csi.CapacityRange) (int64, error) {
+	req, lim := r.GetRequiredBytes(), r.GetLimitBytes()
+	if req < 0 || lim < 0 {
+		return 0, invalid("capacity range must not be negative")
+	}
+	if lim > 0 && req > lim {
+		return 0, status.Errorf(codes.OutOfRange, "required bytes %d exceed limit bytes %d", req, lim)
+	}
+	if req == 0 {
+		return lim, nil
+	}
+	return req, nil
+}
+
+// lookupFold finds key in m ignoring case.
+func lookupFold(m map[string]string, key string) (string, bool) {
+	for k, v := range m {
+		if strings.EqualFold(k, key) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func withEntry(m map[string]string, k, v string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	for a, b := range m {
+		out[a] = b
+	}
+	out[k] = v
+	return out
+}

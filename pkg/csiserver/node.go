@@ -1,0 +1,318 @@
+package csiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/keylock"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// statsTimeout bounds NodeGetVolumeStats and the health check of an
+// existing mount in NodePublishVolume.
+const statsTimeout = 10 * time.Second
+
+// Node serves the CSI Node service: each publish is an NFS mount of the
+// volume's directory on the target path. There is no staging.
+type Node struct {
+	csi.UnimplementedNodeServer
+	nodeID       string
+	mounter      nfsmount.Mounter
+	mountTimeout time.Duration
+	locks        keylock.Set
+
+	mu        sync.Mutex
+	published map[string]map[string]bool // volume ID -> targets this process mounted
+}
+
+var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
+	csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+}
+
+// NodeGetCapabilities lists the node RPCs nfsdir implements.
+func (s *Node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, c := range nodeCaps {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
+	}
+	return resp, nil
+}
+
+// NodeGetInfo returns the node ID. NFS volumes have no topology.
+func (s *Node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.nodeID}, nil
+}
+
+// NodePublishVolume mounts server:/share/subDir on the target path.
+func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	target := req.GetTargetPath()
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, invalid("volume ID is required")
+	case target == "":
+		return nil, invalid("target path is required")
+	case !filepath.IsAbs(target):
+		return nil, invalid("target path %q must be absolute", target)
+	case req.GetVolumeCapability() == nil:
+		return nil, invalid("volume capability is required")
+	}
+	classOpts, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	if err != nil {
+		return nil, err
+	}
+	vol, err := volumeOf(req.GetVolumeId(), req.GetVolumeContext())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	opts, err := mountopts.Parse(classOpts.String(), vol.MountOptions.String())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	opts = opts.WithReadOnly(req.GetReadonly())
+	source := vol.Export.Source(vol.SubDir)
+	target = filepath.Clean(target)
+
+	if !s.locks.TryAcquire(target) {
+		return nil, busy("target " + target)
+	}
+	defer s.locks.Release(target)
+
+	cur, err := s.mounter.Mounted(target)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if cur != nil {
+		if cur.Source != source {
+			return nil, status.Errorf(codes.AlreadyExists, "target %s already has %s mounted, not %s", target, cur.Source, source)
+		}
+		pctx, cancel := context.WithTimeout(ctx, statsTimeout)
+		_, perr := s.mounter.Probe(pctx, target)
+		cancel()
+		if perr == nil {
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+		klog.Warningf("target %s: existing mount of %s is unhealthy (%v); mounting again", target, source, perr)
+		if err := s.mounter.Unmount(ctx, target); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	if err := s.checkSingleWriter(req.GetVolumeCapability(), source, target); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "create target %s: %v", target, err)
+	}
+	mctx, cancel := context.WithTimeout(ctx, s.mountTimeout)
+	defer cancel()
+	if err := s.mounter.Mount(mctx, source, target, opts); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %s reachable?)", err, vol.Export.Server)
+		}
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	s.track(req.GetVolumeId(), target, true)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkSingleWriter refuses a SINGLE_NODE_SINGLE_WRITER publish when the
+// volume is already mounted at another target on this node.
+func (s *Node) checkSingleWriter(c *csi.VolumeCapability, source, target string) error {
+	if c.GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		return nil
+	}
+	targets, err := s.mounter.Targets(source)
+	if err != nil {
+		return toStatus(err)
+	}
+	for _, t := range targets {
+		if t != target {
+			return status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", source, t)
+		}
+	}
+	return nil
+}
+
+// volumeOf reads what to mount from the volume context, or, for a
+// csi-driver-nfs volume handle without attributes, from the ID itself.
+func volumeOf(id string, attrs map[string]string) (params.Volume, error) {
+	if _, ok := lookupFold(attrs, params.KeyServer); ok {
+		return params.ParseVolume(attrs)
+	}
+	if l, err := volumeid.ParseLegacy(id); err == nil {
+		return params.Volume{Export: l.Export, SubDir: l.SubDir}, nil
+	}
+	return params.ParseVolume(attrs) // reports the missing server
+}
+
+// NodeUnpublishVolume unmounts the target path and removes it. It reads the
+// mount table instead of touching the target, so a dead server cannot block
+// it.
+func (s *Node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	target := req.GetTargetPath()
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, invalid("volume ID is required")
+	case target == "":
+		return nil, invalid("target path is required")
+	}
+	target = filepath.Clean(target)
+	if !s.locks.TryAcquire(target) {
+		return nil, busy("target " + target)
+	}
+	defer s.locks.Release(target)
+
+	if err := s.mounter.Unmount(ctx, target); err != nil {
+		return nil, toStatus(err)
+	}
+	if cur, err := s.mounter.Mounted(target); err != nil || cur != nil {
+		return nil, status.Errorf(codes.Internal, "target %s is still mounted after unmount", target)
+	}
+	s.track(req.GetVolumeId(), target, false)
+	if err := unix.Rmdir(target); err != nil && !errors.Is(err, unix.ENOENT) {
+		if !errors.Is(err, unix.ENOTDIR) || os.Remove(target) != nil {
+			return nil, status.Errorf(codes.Internal, "remove target %s: %v", target, err)
+		}
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// NodeGetVolumeStats reports bytes and inodes of a published volume. It
+// never blocks past statsTimeout: a dead server gives Unavailable.
+func (s *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	u, err := s.usage(ctx, req.GetVolumeId(), req.GetVolumePath())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: u.TotalBytes, Available: u.AvailableBytes, Used: u.UsedBytes},
+		{Unit: csi.VolumeUsage_INODES, Total: u.TotalInodes, Available: u.FreeInodes, Used: u.UsedInodes},
+	}}, nil
+}
+
+// NodeGetVolumeHealth reports a published volume as INACCESSIBLE, with the
+// reason, when its mount is stale or its server does not answer. Without a
+// publish path it checks the targets this process published the volume on.
+func (s *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is required")
+	}
+	paths := []string{req.GetVolumePublishPath()}
+	if paths[0] == "" {
+		paths = s.targetsOf(req.GetVolumeId())
+	}
+	health := &csi.VolumeHealth{VolumeId: req.GetVolumeId()}
+	seen := map[string]bool{}
+	for _, p := range paths {
+		_, err := s.usage(ctx, req.GetVolumeId(), p)
+		var bad *unhealthyError
+		switch {
+		case errors.As(err, &bad):
+			reason := "ServerNotResponding"
+			if nfsmount.IsStale(bad.err) {
+				reason = "StaleFileHandle"
+			}
+			if !seen[reason] {
+				seen[reason] = true
+				health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+					Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: bad.Error()})
+			}
+		case status.Code(err) == codes.NotFound && req.GetVolumePublishPath() == "":
+			// Unmounted behind our back since we published it.
+		case err != nil:
+			return nil, toStatus(err)
+		}
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+}
+
+// track records that volumeID is (or is no longer) published at target.
+func (s *Node) track(volumeID, target string, published bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.published == nil {
+		s.published = map[string]map[string]bool{}
+	}
+	if published {
+		if s.published[volumeID] == nil {
+			s.published[volumeID] = map[string]bool{}
+		}
+		s.published[volumeID][target] = true
+		return
+	}
+	delete(s.published[volumeID], target)
+	if len(s.published[volumeID]) == 0 {
+		delete(s.published, volumeID)
+	}
+}
+
+func (s *Node) targetsOf(volumeID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for t := range s.published[volumeID] {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unhealthyError says a mounted volume could not be statfs-ed.
+type unhealthyError struct {
+	volumeID, source string
+	err              error
+}
+
+func (e *unhealthyError) Error() string {
+	why := "is unusable"
+	if errors.Is(e.err, context.DeadlineExceeded) {
+		why = "does not answer"
+	}
+	return fmt.Sprintf("volume %s: NFS server of %s %s: %v", e.volumeID, e.source, why, e.err)
+}
+
+func (e *unhealthyError) Unwrap() error { return fault.New(fault.Unavailable, "%v", e.err) }
+
+// usage validates the request fields and statfs-es the mounted volume path
+// within statsTimeout. Errors: InvalidArgument, NotFound (not mounted), or
+// *unhealthyError (Unavailable).
+func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, error) {
+	switch {
+	case volumeID == "":
+		return nfsmount.Usage{}, invalid("volume ID is required")
+	case p == "":
+		return nfsmount.Usage{}, invalid("volume path is required")
+	}
+	cur, err := s.mounter.Mounted(filepath.Clean(p))
+	if err != nil {
+		return nfsmount.Usage{}, err
+	}
+	if cur == nil {
+		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %s is not a mounted volume", p)
+	}
+	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	u, err := s.mounter.Probe(pctx, p)
+	if err != nil {
+		return u, &unhealthyError{volumeID: volumeID, source: cur.Source, err: err}
+	}
+	return u, nil
+}

@@ -1,0 +1,149 @@
+// Package csiserver is nfsdir's thin gRPC layer: it validates requests,
+// serialises them per volume or target, calls the domain packages and maps
+// their errors to CSI status codes.
+package csiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/sharemount"
+)
+
+// shutdownGrace bounds how long Run waits for in-flight calls on shutdown.
+const shutdownGrace = 30 * time.Second
+
+// Driver is a configured nfsdir process: the services it runs and their
+// dependencies.
+type Driver struct {
+	cfg     config.Config
+	server  *grpc.Server
+	shares  *sharemount.Manager // nil without the controller service
+	purger  *provision.Purger
+	cancel  context.CancelFunc
+	serving atomic.Bool
+}
+
+// New builds the driver for cfg, using m for all mounts. cfg must be valid.
+func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
+	d := &Driver{cfg: cfg}
+	bg, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	d.server = grpc.NewServer(grpc.UnaryInterceptor(logCalls))
+	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
+	csi.RegisterIdentityServer(d.server, id)
+	if cfg.Controller() {
+		d.purger = provision.NewPurger(cfg.PurgeWorkers)
+		shares, err := sharemount.New(cfg.StateDir, m, cfg.MountTimeout, func(s *sharemount.Share) {
+			d.purger.Kick(bg, s.Path, s.Root()) // resume purges left by a restart
+		})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		d.shares = shares
+		csi.RegisterControllerServer(d.server, &Controller{shares: shares, purger: d.purger, purgeCtx: bg,
+			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode})
+	}
+	if cfg.Node() {
+		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout})
+	}
+	return d, nil
+}
+
+func (d *Driver) ready() error {
+	if !d.serving.Load() {
+		return errors.New("gRPC server is not serving yet")
+	}
+	if d.shares != nil {
+		if err := d.shares.Usable(); err != nil {
+			return fmt.Errorf("state directory %s is not usable: %w", d.cfg.StateDir, err)
+		}
+	}
+	return nil
+}
+
+// Listen opens the configured endpoint, removing a stale unix socket file.
+func Listen(endpoint string) (net.Listener, error) {
+	network, addr, err := config.ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" {
+		if err := os.MkdirAll(filepath.Dir(addr), 0o750); err != nil {
+			return nil, err
+		}
+		if st, err := os.Lstat(addr); err == nil {
+			if st.Mode().Type() != os.ModeSocket {
+				return nil, fmt.Errorf("%s exists and is not a socket; refusing to remove it", addr)
+			}
+			if err := os.Remove(addr); err != nil {
+				return nil, fmt.Errorf("remove stale socket %s: %w", addr, err)
+			}
+		}
+	}
+	return net.Listen(network, addr)
+}
+
+// Serve serves on l until ctx ends, then stops accepting calls, waits up to
+// shutdownGrace for in-flight ones and releases the kept share mounts.
+func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- d.server.Serve(l) }()
+	d.serving.Store(true)
+	klog.Infof("%s %s serving %s services on %s", d.cfg.DriverName, d.cfg.Version, d.cfg.Mode, l.Addr())
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		klog.Info("shutting down: finishing in-flight calls")
+		done := make(chan struct{})
+		go func() { d.server.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(shutdownGrace):
+			klog.Warningf("in-flight calls still running after %s; stopping", shutdownGrace)
+			d.server.Stop()
+		}
+	}
+	d.serving.Store(false)
+	d.cancel()
+	if d.shares != nil {
+		uctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		d.shares.Close(uctx)
+		cancel()
+	}
+	return err
+}
+
+// logCalls logs every call with secrets stripped; Probe only at high
+// verbosity, since the liveness probe calls it constantly.
+func logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	level := klog.Level(2)
+	if info.FullMethod == csi.Identity_Probe_FullMethodName {
+		level = 6
+	}
+	start := time.Now()
+	klog.V(level).Infof("%s: %s", info.FullMethod, protosanitizer.StripSecrets(req))
+	resp, err := handler(ctx, req)
+	if err != nil {
+		klog.Errorf("%s failed after %s: %v", info.FullMethod, time.Since(start).Round(time.Millisecond), err)
+	} else {
+		klog.V(level).Infof("%s done in %s: %s", info.FullMethod, time.Since(start).Round(time.Millisecond), protosanitizer.StripSecrets(resp))
+	}
+	return resp, err
+}
