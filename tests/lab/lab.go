@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -92,4 +93,23 @@ func (d *Driver) Stop() {
 	d.stop()
 	<-d.done
 	d.stop = nil
+}
+
+// Sh runs a shell command in the guest and fails the test when it fails.
+func Sh(t testing.TB, script string) string {
+	t.Helper()
+	out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return string(out)
+}
+
+// StopNFSServer stops the kernel NFS server; clients see a dead server.
+func StopNFSServer(t testing.TB) { Sh(t, "rpc.nfsd 0") }
+
+// StartNFSServer starts the kernel NFS server again and ends its grace
+// period so that clients can lock and open at once.
+func StartNFSServer(t testing.TB) {
+	Sh(t, "rpc.nfsd 8 && (echo Y > /proc/fs/nfsd/v4_end_grace) 2>/dev/null; (echo Y > /proc/fs/lockd/nlm_end_grace) 2>/dev/null; true")
 }
