@@ -51,8 +51,9 @@ lab-image:
 
 ## demo: start the lab, provision a volume, mount it on two targets, write/read, unmount, delete.
 demo: lab-image
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
 	$(GO) build -o bin/demo ./tests/demo
-	$(LAB) bin/demo
+	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(LAB) bin/demo
 
 clean:
 	rm -rf bin

@@ -121,7 +121,10 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 		}
 	}
 	d.serving.Store(false)
-	d.cancel()
+	d.cancel() // stops background purges between batches
+	if d.purger != nil {
+		d.purger.Wait()
+	}
 	if d.shares != nil {
 		uctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		d.shares.Close(uctx)

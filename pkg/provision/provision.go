@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -337,12 +338,53 @@ func (p *Purger) Kick(ctx context.Context, sharePath string, root *os.Root) {
 			}
 			defer func() { <-p.sem }()
 			start := time.Now()
-			if err := root.RemoveAll(name); err != nil {
+			if err := removeTree(ctx, root, name); err != nil {
 				klog.Warningf("purge %s on %s: %v (will retry)", name, sharePath, err)
 				return
 			}
 			klog.V(2).Infof("purged %s on %s in %s", name, sharePath, time.Since(start).Round(time.Millisecond))
 		}()
+	}
+}
+
+// removeTree removes dir and everything below it through root, checking ctx
+// between directory batches so that a shutdown stops it; symlinks are
+// removed, never followed. A stopped purge resumes on the next Kick.
+func removeTree(ctx context.Context, root *os.Root, dir string) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		f, err := root.Open(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ents, err := f.ReadDir(1024)
+		f.Close()
+		if len(ents) == 0 {
+			if err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			if err := root.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		}
+		for _, e := range ents {
+			child := path.Join(dir, e.Name())
+			if e.IsDir() {
+				if err := removeTree(ctx, root, child); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := root.Remove(child); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
 	}
 }
 

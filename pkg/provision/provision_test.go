@@ -169,3 +169,40 @@ func TestPrunesOnlyParentsItCreated(t *testing.T) {
 		t.Fatal("removed a parent nfsdir did not create")
 	}
 }
+
+func TestPurgeNeverFollowsSymlinksAndStopsOnCancel(t *testing.T) {
+	dir, root := newShare(t)
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o600)
+	ctx := context.Background()
+	rec, err := Create(ctx, root, req("v", "v", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(dir, "v")
+	os.Symlink(outside, filepath.Join(vol, "link-out"))
+	os.Symlink("/", filepath.Join(vol, "link-root"))
+	for i := 0; i < 50; i++ {
+		os.MkdirAll(filepath.Join(vol, "d", strings.Repeat("x", i%7+1), "deep"), 0o755)
+		os.WriteFile(filepath.Join(vol, "d", strings.Repeat("x", i%7+1), "f"+string(rune('a'+i%26))), nil, 0o600)
+	}
+	if err := Delete(ctx, root, idOf(rec)); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	p := NewPurger(1)
+	p.Kick(cancelled, dir, root)
+	p.Wait()
+	if ents, _ := os.ReadDir(filepath.Join(dir, trashDir)); len(ents) != 1 {
+		t.Fatalf("a cancelled purge removed the trash: %v", ents)
+	}
+	p.Kick(ctx, dir, root)
+	p.Wait()
+	if ents, _ := os.ReadDir(filepath.Join(dir, trashDir)); len(ents) != 0 {
+		t.Fatalf("trash left: %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Fatal("purge followed a symlink out of the share")
+	}
+}
