@@ -39,7 +39,11 @@ type Request struct {
 }
 
 // Create makes the volume directory for req on the share, or returns the
-// existing record when the same request was already served (a retry).
+// existing record when the same request was already served (a retry). The
+// record is published before the directory is made, so a directory without a
+// record is never nfsdir's. On the first creation it costs two round trips to
+// the server (symlink, mkdir), plus one chmod for special mode bits and one
+// chown when an owner is set.
 //
 // Errors: AlreadyExists when the name exists with other parameters or the
 // directory exists without being nfsdir's; FailedPrecondition when a path
@@ -48,45 +52,39 @@ func Create(ctx context.Context, root *os.Root, req Request) (*Record, error) {
 	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
 		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
 	}
-	if err := ensureMeta(root); err != nil {
+	key := volumeid.KeyFor(req.Name)
+	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
+		OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second)}
+	err := writeRecordExclusive(root, key, rec)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := ensureMeta(root); err != nil {
+			return nil, err
+		}
+		err = writeRecordExclusive(root, key, rec)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		// A retry, or a crash between the record and the directory.
+		old, err := readRecord(root, key)
+		if err != nil {
+			return nil, err
+		}
+		if old == nil {
+			return nil, fault.New(fault.Aborted, "volume %q is being deleted concurrently; retry", req.Name)
+		}
+		if err := compatible(old, req); err != nil {
+			return nil, err
+		}
+		return old, makeVolumeDir(root, old, false)
+	}
+	if err != nil {
 		return nil, err
 	}
-	key := volumeid.KeyFor(req.Name)
-	for attempt := 0; attempt < 3; attempt++ {
-		rec, err := readRecord(root, key)
-		if err != nil {
-			return nil, err
-		}
-		if rec != nil {
-			if err := compatible(rec, req); err != nil {
-				return nil, err
-			}
-			// A retry, or a crash between the record and the directory.
-			if err := makeVolumeDir(root, rec); err != nil {
-				return nil, err
-			}
-			return rec, nil
-		}
-		if err := checkFree(root, req.SubDir); err != nil {
-			return nil, err
-		}
-		rec = &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
-			OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
-			CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second)}
-		err = writeRecordExclusive(root, key, rec)
-		if errors.Is(err, fs.ErrExist) {
-			continue // another controller raced us; read its record
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := makeVolumeDir(root, rec); err != nil {
-			_ = removeRecord(root, key)
-			return nil, err
-		}
-		return rec, nil
+	if err := makeVolumeDir(root, rec, true); err != nil {
+		_ = removeRecord(root, key)
+		return nil, err
 	}
-	return nil, fault.New(fault.Aborted, "volume %q is being created concurrently; retry", req.Name)
+	return rec, nil
 }
 
 func compatible(rec *Record, req Request) error {
@@ -109,24 +107,11 @@ func compatible(rec *Record, req Request) error {
 	return nil
 }
 
-// checkFree fails when the volume directory already exists: nfsdir writes the
-// record before the directory, so a directory without a record is not ours.
-func checkFree(root *os.Root, subDir string) error {
-	_, err := root.Lstat(subDir)
-	switch {
-	case err == nil:
-		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and nfsdir did not create it; choose another subDir or move it away", subDir)
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return nil
-	default:
-		return fmt.Errorf("check %q: %w", subDir, err)
-	}
-}
-
 // makeVolumeDir creates the parents (marking those it creates) and the
-// volume directory with the record's mode and owner. Existing components
-// must be real directories, not symlinks.
-func makeVolumeDir(root *os.Root, rec *Record) error {
+// volume directory with the record's mode and owner. Existing parents must be
+// real directories, not symlinks. When fresh, the record was just written and
+// an existing volume directory is someone else's: AlreadyExists.
+func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 	parents := safepath.Parents(rec.SubDir)
 	for i := len(parents) - 1; i >= 0; i-- {
 		p := parents[i]
@@ -140,21 +125,40 @@ func makeVolumeDir(root *os.Root, rec *Record) error {
 			}
 		}
 	}
-	created, err := mkdirOnce(root, rec.SubDir, 0o700)
-	if err != nil || !created {
+	// Mkdir applies the process umask and drops special bits; when neither
+	// changes the mode, no chmod is needed.
+	perm := modeBits(rec.Mode)
+	err := root.Mkdir(rec.SubDir, perm.Perm())
+	switch {
+	case errors.Is(err, fs.ErrExist) && fresh:
+		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and nfsdir did not create it; choose another subDir or move it away", rec.SubDir)
+	case errors.Is(err, fs.ErrExist):
+		_, err = mkdirOnce(root, rec.SubDir, perm.Perm()) // checks it is a real directory
 		return err
+	case err != nil:
+		return fault.Wrap(fault.KindOf(err), err, "create %q", rec.SubDir)
 	}
-	if rec.UID >= 0 || rec.GID >= 0 {
+	owned := rec.UID >= 0 || rec.GID >= 0
+	if owned {
 		if err := root.Lchown(rec.SubDir, rec.UID, rec.GID); err != nil {
 			return fault.Wrap(fault.PermissionDenied, err, "set owner %d:%d of %q (is the export root-squashed?)", rec.UID, rec.GID, rec.SubDir)
 		}
 	}
 	// Chmod after chown: chown clears the setgid bit.
-	if err := root.Chmod(rec.SubDir, modeBits(rec.Mode)); err != nil {
-		return fault.Wrap(fault.PermissionDenied, err, "set mode %04o of %q", rec.Mode, rec.SubDir)
+	if owned || rec.Mode&^0o777 != 0 || rec.Mode&processUmask != 0 {
+		if err := root.Chmod(rec.SubDir, perm); err != nil {
+			return fault.Wrap(fault.PermissionDenied, err, "set mode %04o of %q", rec.Mode, rec.SubDir)
+		}
 	}
 	return nil
 }
+
+// processUmask is the umask at start-up; mkdir(2) clears its bits.
+var processUmask = func() uint32 {
+	old := syscall.Umask(0o022)
+	syscall.Umask(old)
+	return uint32(old)
+}()
 
 // modeBits converts Unix permission bits (with setuid/setgid/sticky) to an
 // fs.FileMode.
@@ -198,7 +202,7 @@ func parentMarker(p string) string {
 }
 
 func ensureMeta(root *os.Root) error {
-	for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir, tmpDir} {
+	for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir} {
 		if _, err := mkdirOnce(root, d, 0o700); err != nil {
 			return fault.Wrap(fault.KindOf(err), err, "metadata area")
 		}

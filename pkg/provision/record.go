@@ -16,15 +16,19 @@ import (
 
 // Layout of the metadata area at the share root (format version 1):
 //
-//	.nfsdir/volumes/<key>.json   one Record per provisioned volume
+//	.nfsdir/volumes/<key>        one Record per provisioned volume
 //	.nfsdir/parents/<hash>       marks a parent directory nfsdir created
 //	.nfsdir/trash/<key>.<token>  deleted volume directories awaiting purge
-//	.nfsdir/tmp/                 files being written
+//
+// A record is a symbolic link whose target is the record's JSON text. One
+// symlink(2) publishes it whole and fails if it exists, which makes the
+// write atomic and exclusive across controllers, on NFS too, in a single
+// round trip; readlink(2) reads it back. The link is never followed: its
+// target is not a path. <key> is volumeid.KeyFor(name).
 const (
 	volumesDir = safepath.MetaDir + "/volumes"
 	parentsDir = safepath.MetaDir + "/parents"
 	trashDir   = safepath.MetaDir + "/trash"
-	tmpDir     = safepath.MetaDir + "/tmp"
 )
 
 // RecordVersion is the version of the record format written by this code.
@@ -46,19 +50,19 @@ type Record struct {
 	Created       time.Time       `json:"created"`
 }
 
-func recordPath(key string) string { return path.Join(volumesDir, key+".json") }
+func recordPath(key string) string { return path.Join(volumesDir, key) }
 
 // readRecord returns the record stored under key, or nil when there is none.
 func readRecord(root *os.Root, key string) (*Record, error) {
-	b, err := root.ReadFile(recordPath(key))
+	b, err := root.Readlink(recordPath(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read volume record: %w", err)
+		return nil, fmt.Errorf("read volume record %s: %w", recordPath(key), err)
 	}
 	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
+	if err := json.Unmarshal([]byte(b), &r); err != nil {
 		return nil, fmt.Errorf("volume record %s is corrupt: %w", recordPath(key), err)
 	}
 	if r.Version != RecordVersion {
@@ -73,24 +77,22 @@ func readRecord(root *os.Root, key string) (*Record, error) {
 	return &r, nil
 }
 
-// writeRecordExclusive publishes r under key unless a record exists there: it
-// writes a temporary file and hard-links it into place, which is atomic and
-// exclusive on NFS too. It returns fs.ErrExist when a record was there.
+// writeRecordExclusive publishes r under key unless a record exists there.
+// It returns fs.ErrExist when one does, and an error wrapping
+// fs.ErrNotExist when the metadata area is missing.
 func writeRecordExclusive(root *os.Root, key string, r *Record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	tmp := path.Join(tmpDir, key+"."+r.Token)
-	if err := root.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write volume record: %w", err)
-	}
-	defer root.Remove(tmp)
-	if err := root.Link(tmp, recordPath(key)); err != nil {
-		if errors.Is(err, fs.ErrExist) {
+	if err := root.Symlink(string(b), recordPath(key)); err != nil {
+		switch {
+		case errors.Is(err, fs.ErrExist):
 			return fs.ErrExist
+		case errors.Is(err, fs.ErrNotExist):
+			return err
 		}
-		return fmt.Errorf("publish volume record: %w", err)
+		return fmt.Errorf("write volume record %s: %w", recordPath(key), err)
 	}
 	return nil
 }
