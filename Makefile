@@ -57,3 +57,8 @@ demo: lab-image
 
 clean:
 	rm -rf bin
+
+## bench: measure nfsdir against bare NFS operations in the lab and print a table (not part of test).
+bench: lab-image
+	$(GO) build -o bin/bench ./tests/bench
+	NFSDIR_LAB_TIMEOUT=1800 $(LAB) bin/bench $(BENCH_ARGS)

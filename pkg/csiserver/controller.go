@@ -3,6 +3,8 @@ package csiserver
 import (
 	"context"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -25,10 +27,83 @@ type Controller struct {
 	csi.UnimplementedControllerServer
 	shares          *sharemount.Manager
 	purger          *provision.Purger
-	purgeCtx        context.Context
+	bg              context.Context // ends at shutdown; for background purges
 	defaultOnDelete params.OnDelete
 	defaultMode     uint32
 	locks           keylock.Set
+
+	areasMu sync.Mutex
+	areas   map[string]*openArea // by share mount point
+}
+
+// openArea is the provisioning Area of one mount of a share.
+type openArea struct {
+	share *sharemount.Share
+	area  *provision.Area
+}
+
+// area returns the mounted share and its provisioning Area, opening the Area
+// (and resuming the share's purges) when the share was (re)mounted.
+func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.Options) (*provision.Area, *sharemount.Share, error) {
+	share, err := s.shares.Get(ctx, e, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.areasMu.Lock()
+	defer s.areasMu.Unlock()
+	if oa := s.areas[share.Path]; oa != nil {
+		if oa.share == share {
+			return oa.area, share, nil
+		}
+		oa.area.Close()
+		delete(s.areas, share.Path)
+	}
+	a, err := provision.OpenArea(share.Root())
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.areas == nil {
+		s.areas = map[string]*openArea{}
+	}
+	s.areas[share.Path] = &openArea{share: share, area: a}
+	s.purger.Kick(s.bg, share.Path, a) // resume purges left by a restart
+	return a, share, nil
+}
+
+// forget drops a cached Area whose handles went stale, so that the next
+// call opens it again; err is returned unchanged.
+func (s *Controller) forget(share *sharemount.Share, err error) error {
+	if err != nil && provision.IsStale(err) {
+		s.areasMu.Lock()
+		if oa := s.areas[share.Path]; oa != nil && oa.share == share {
+			oa.area.Close()
+			delete(s.areas, share.Path)
+		}
+		s.areasMu.Unlock()
+	}
+	return err
+}
+
+// resume mounts every export this state directory has mounted before and
+// resumes its purges; run at start-up.
+func (s *Controller) resume() {
+	exps, opts := s.shares.Known()
+	for i, e := range exps {
+		ctx, cancel := context.WithTimeout(s.bg, 2*time.Minute)
+		if _, _, err := s.area(ctx, e, opts[i]); err != nil {
+			klog.Warningf("resuming work on %s: %v", e, err)
+		}
+		cancel()
+	}
+}
+
+func (s *Controller) closeAreas() {
+	s.areasMu.Lock()
+	defer s.areasMu.Unlock()
+	for k, oa := range s.areas {
+		oa.area.Close()
+		delete(s.areas, k)
+	}
 }
 
 var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
@@ -86,13 +161,13 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer s.locks.Release(req.GetName())
 
-	share, err := s.shares.Get(ctx, cp.Export, opts)
+	area, share, err := s.area(ctx, cp.Export, opts)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	rec, err := provision.Create(ctx, share.Root(), preq)
+	rec, err := area.Create(ctx, preq)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(s.forget(share, err))
 	}
 	id, err := volumeid.New(cp.Export, volumeid.KeyFor(rec.Name), rec.Token, share.Options.String())
 	if err != nil {
@@ -137,26 +212,28 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	}
 	defer s.locks.Release(raw)
 
-	share, err := s.shareOf(ctx, id)
+	area, share, err := s.areaOf(ctx, id)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := provision.Delete(ctx, share.Root(), id); err != nil {
-		return nil, toStatus(err)
+	if err := area.Delete(ctx, id); err != nil {
+		return nil, toStatus(s.forget(share, err))
 	}
-	s.purger.Kick(s.purgeCtx, share.Path, share.Root())
+	s.purger.Kick(s.bg, share.Path, area)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-func (s *Controller) shareOf(ctx context.Context, id volumeid.ID) (*sharemount.Share, error) {
+// areaOf returns the Area of the share a volume ID names, mounted with the
+// options the ID carries or refers to.
+func (s *Controller) areaOf(ctx context.Context, id volumeid.ID) (*provision.Area, *sharemount.Share, error) {
 	opts, err := mountopts.Parse(id.Options)
 	if id.OptionsRef != "" {
 		opts, err = s.shares.LookupOptions(id.OptionsRef)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.shares.Get(ctx, id.Export, opts)
+	return s.area(ctx, id.Export, opts)
 }
 
 // ValidateVolumeCapabilities confirms filesystem access of any mode.
@@ -202,13 +279,13 @@ func (s *Controller) exists(ctx context.Context, raw string) error {
 		}
 		return nil
 	}
-	share, err := s.shareOf(ctx, id)
+	area, share, err := s.areaOf(ctx, id)
 	if err != nil {
 		return err
 	}
-	rec, err := provision.Lookup(share.Root(), id)
+	rec, err := area.Lookup(id)
 	if err != nil {
-		return err
+		return s.forget(share, err)
 	}
 	if rec == nil {
 		return fault.New(fault.NotFound, "volume %q does not exist", raw)

@@ -32,7 +32,8 @@ const shutdownGrace = 30 * time.Second
 type Driver struct {
 	cfg     config.Config
 	server  *grpc.Server
-	shares  *sharemount.Manager // nil without the controller service
+	shares     *sharemount.Manager // nil without the controller service
+	controller *Controller
 	purger  *provision.Purger
 	cancel  context.CancelFunc
 	serving atomic.Bool
@@ -48,16 +49,15 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
 		d.purger = provision.NewPurger(cfg.PurgeWorkers)
-		shares, err := sharemount.New(cfg.StateDir, m, cfg.MountTimeout, func(s *sharemount.Share) {
-			d.purger.Kick(bg, s.Path, s.Root()) // resume purges left by a restart
-		})
+		shares, err := sharemount.New(cfg.StateDir, m, cfg.MountTimeout)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
 		d.shares = shares
-		csi.RegisterControllerServer(d.server, &Controller{shares: shares, purger: d.purger, purgeCtx: bg,
-			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode})
+		d.controller = &Controller{shares: shares, purger: d.purger, bg: bg,
+			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
+		csi.RegisterControllerServer(d.server, d.controller)
 	}
 	if cfg.Node() {
 		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout})
@@ -105,6 +105,9 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- d.server.Serve(l) }()
 	d.serving.Store(true)
+	if d.controller != nil {
+		go d.controller.resume()
+	}
 	klog.Infof("%s %s serving %s services on %s", d.cfg.DriverName, d.cfg.Version, d.cfg.Mode, l.Addr())
 	var err error
 	select {
@@ -126,6 +129,7 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 		d.purger.Wait()
 	}
 	if d.shares != nil {
+		d.controller.closeAreas()
 		uctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		d.shares.Close(uctx)
 		cancel()

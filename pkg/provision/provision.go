@@ -11,12 +11,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -48,7 +46,7 @@ type Request struct {
 // Errors: AlreadyExists when the name exists with other parameters or the
 // directory exists without being nfsdir's; FailedPrecondition when a path
 // component is a symlink or not a directory.
-func Create(ctx context.Context, root *os.Root, req Request) (*Record, error) {
+func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
 		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
 	}
@@ -56,16 +54,10 @@ func Create(ctx context.Context, root *os.Root, req Request) (*Record, error) {
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second)}
-	err := writeRecordExclusive(root, key, rec)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := ensureMeta(root); err != nil {
-			return nil, err
-		}
-		err = writeRecordExclusive(root, key, rec)
-	}
+	err := writeRecordExclusive(a.volumes, key, rec)
 	if errors.Is(err, fs.ErrExist) {
 		// A retry, or a crash between the record and the directory.
-		old, err := readRecord(root, key)
+		old, err := readRecord(a.volumes, key)
 		if err != nil {
 			return nil, err
 		}
@@ -75,13 +67,13 @@ func Create(ctx context.Context, root *os.Root, req Request) (*Record, error) {
 		if err := compatible(old, req); err != nil {
 			return nil, err
 		}
-		return old, makeVolumeDir(root, old, false)
+		return old, makeVolumeDir(a.root, old, false)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := makeVolumeDir(root, rec, true); err != nil {
-		_ = removeRecord(root, key)
+	if err := makeVolumeDir(a.root, rec, true); err != nil {
+		_ = removeRecord(a.volumes, key)
 		return nil, err
 	}
 	return rec, nil
@@ -201,20 +193,11 @@ func parentMarker(p string) string {
 	return path.Join(parentsDir, hex.EncodeToString(sum[:16]))
 }
 
-func ensureMeta(root *os.Root) error {
-	for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir} {
-		if _, err := mkdirOnce(root, d, 0o700); err != nil {
-			return fault.Wrap(fault.KindOf(err), err, "metadata area")
-		}
-	}
-	return nil
-}
-
 // Lookup returns the record of a volume ID, or nil when the volume does not
 // exist (never created, or deleted). A record with another token belongs to
 // a later volume of the same name and counts as not found.
-func Lookup(root *os.Root, id volumeid.ID) (*Record, error) {
-	rec, err := readRecord(root, id.Key)
+func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
+	rec, err := readRecord(a.volumes, id.Key)
 	if err != nil || rec == nil || rec.Token != id.Token {
 		return nil, err
 	}
@@ -225,8 +208,9 @@ func Lookup(root *os.Root, id volumeid.ID) (*Record, error) {
 // removes the record. A volume that does not exist is not an error. With
 // "delete", the directory is renamed into the trash at once and purged later
 // by a Purger.
-func Delete(ctx context.Context, root *os.Root, id volumeid.ID) error {
-	rec, err := Lookup(root, id)
+func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
+	root := a.root
+	rec, err := a.Lookup(id)
 	if err != nil || rec == nil {
 		return err
 	}
@@ -252,7 +236,7 @@ func Delete(ctx context.Context, root *os.Root, id volumeid.ID) error {
 			}
 		}
 	}
-	if err := removeRecord(root, id.Key); err != nil {
+	if err := removeRecord(a.volumes, id.Key); err != nil {
 		return err
 	}
 	if rec.OnDelete != params.Retain {
@@ -294,110 +278,3 @@ func pruneParents(root *os.Root, subDir string) {
 	}
 }
 
-// Purger removes the trash of shares in the background with bounded
-// concurrency. Deleted volumes are renamed into the trash synchronously, so
-// DeleteVolume returns fast whatever their size; the purge resumes after a
-// restart because the trash lives on the share.
-type Purger struct {
-	sem chan struct{}
-	wg  sync.WaitGroup
-
-	mu      sync.Mutex
-	running map[string]bool // trash entries being purged, by share path + name
-}
-
-// NewPurger returns a Purger running at most workers removals at once.
-func NewPurger(workers int) *Purger {
-	return &Purger{sem: make(chan struct{}, workers), running: map[string]bool{}}
-}
-
-// Kick starts purging every trash entry of the share at sharePath that is not
-// already being purged. It returns at once.
-func (p *Purger) Kick(ctx context.Context, sharePath string, root *os.Root) {
-	entries, err := fs.ReadDir(root.FS(), trashDir)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			klog.Warningf("list trash of %s: %v", sharePath, err)
-		}
-		return
-	}
-	for _, e := range entries {
-		name := path.Join(trashDir, e.Name())
-		id := sharePath + "\x00" + name
-		p.mu.Lock()
-		if p.running[id] {
-			p.mu.Unlock()
-			continue
-		}
-		p.running[id] = true
-		p.mu.Unlock()
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			defer func() { p.mu.Lock(); delete(p.running, id); p.mu.Unlock() }()
-			select {
-			case p.sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			defer func() { <-p.sem }()
-			start := time.Now()
-			if err := removeTree(ctx, root, name); err != nil {
-				klog.Warningf("purge %s on %s: %v (will retry)", name, sharePath, err)
-				return
-			}
-			klog.V(2).Infof("purged %s on %s in %s", name, sharePath, time.Since(start).Round(time.Millisecond))
-		}()
-	}
-}
-
-// removeTree removes dir and everything below it through root, checking ctx
-// between directory batches so that a shutdown stops it; symlinks are
-// removed, never followed. A stopped purge resumes on the next Kick.
-func removeTree(ctx context.Context, root *os.Root, dir string) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		f, err := root.Open(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ents, err := f.ReadDir(1024)
-		f.Close()
-		if len(ents) == 0 {
-			if err != nil && !errors.Is(err, io.EOF) {
-				return err
-			}
-			if err := root.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			return nil
-		}
-		for _, e := range ents {
-			child := path.Join(dir, e.Name())
-			if e.IsDir() {
-				if err := removeTree(ctx, root, child); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := root.Remove(child); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-		}
-	}
-}
-
-// Wait waits for the purges started so far.
-func (p *Purger) Wait() { p.wg.Wait() }
-
-// Pending returns how many purges are running or queued.
-func (p *Purger) Pending() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.running)
-}

@@ -13,14 +13,18 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
-func newShare(t *testing.T) (string, *os.Root) {
+func newShare(t *testing.T) (string, *Area) {
 	dir := t.TempDir()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { root.Close() })
-	return dir, root
+	a, err := OpenArea(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); root.Close() })
+	return dir, a
 }
 
 func idOf(rec *Record) volumeid.ID {
@@ -34,7 +38,7 @@ func req(name, sub string, policy params.OnDelete) Request {
 func TestCreateIdempotentAndConflicts(t *testing.T) {
 	ctx := context.Background()
 	dir, root := newShare(t)
-	r1, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", params.Delete))
+	r1, err := root.Create(ctx, req("pvc-1", "ns/pvc-1", params.Delete))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,21 +46,21 @@ func TestCreateIdempotentAndConflicts(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o770 || st.Mode()&os.ModeSetgid == 0 {
 		t.Fatalf("volume dir: %v %v", st.Mode(), err)
 	}
-	r2, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", params.Delete))
+	r2, err := root.Create(ctx, req("pvc-1", "ns/pvc-1", params.Delete))
 	if err != nil || r2.Token != r1.Token {
 		t.Fatalf("retry: %+v %v", r2, err)
 	}
 	bigger := req("pvc-1", "ns/pvc-1", params.Delete)
 	bigger.CapacityBytes *= 2
-	if _, err := Create(ctx, root, bigger); !fault.Is(err, fault.AlreadyExists) {
+	if _, err := root.Create(ctx, bigger); !fault.Is(err, fault.AlreadyExists) {
 		t.Fatalf("different capacity: %v", err)
 	}
-	if _, err := Create(ctx, root, req("pvc-2", "ns/pvc-1", params.Delete)); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), "did not create") {
+	if _, err := root.Create(ctx, req("pvc-2", "ns/pvc-1", params.Delete)); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), "did not create") {
 		t.Fatalf("second name on same dir: %v", err)
 	}
 	// Crash between record and directory: the retry makes the directory.
 	os.Remove(filepath.Join(dir, "ns/pvc-1"))
-	if _, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", params.Delete)); err != nil {
+	if _, err := root.Create(ctx, req("pvc-1", "ns/pvc-1", params.Delete)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ns/pvc-1")); err != nil {
@@ -70,7 +74,7 @@ func TestSymlinkedParentIsRefused(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "ns")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Create(context.Background(), root, req("pvc-1", "ns/pvc-1", params.Delete)); err == nil {
+	if _, err := root.Create(context.Background(), req("pvc-1", "ns/pvc-1", params.Delete)); err == nil {
 		t.Fatal("created through a symlink")
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
@@ -84,12 +88,12 @@ func TestDeletePolicies(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			dir, root := newShare(t)
 			os.WriteFile(filepath.Join(dir, "canary"), []byte("x"), 0o600)
-			rec, err := Create(ctx, root, req("pvc-1", "ns/pvc-1", policy))
+			rec, err := root.Create(ctx, req("pvc-1", "ns/pvc-1", policy))
 			if err != nil {
 				t.Fatal(err)
 			}
 			os.WriteFile(filepath.Join(dir, "ns/pvc-1/data"), []byte("data"), 0o600)
-			if err := Delete(ctx, root, idOf(rec)); err != nil {
+			if err := root.Delete(ctx, idOf(rec)); err != nil {
 				t.Fatal(err)
 			}
 			_, errVol := os.Stat(filepath.Join(dir, "ns/pvc-1/data"))
@@ -119,7 +123,7 @@ func TestDeletePolicies(t *testing.T) {
 				t.Error("canary gone")
 			}
 			// Deleting again is a no-op.
-			if err := Delete(ctx, root, idOf(rec)); err != nil {
+			if err := root.Delete(ctx, idOf(rec)); err != nil {
 				t.Error(err)
 			}
 		})
@@ -133,17 +137,17 @@ func TestDeleteNeverTouchesForeignDirectories(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "foreign/data"), []byte("x"), 0o600)
 	// An ID naming the foreign directory's would-be record does nothing.
 	id := volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: volumeid.KeyFor("foreign"), Token: "aaaaaaaa"}
-	if err := Delete(ctx, root, id); err != nil {
+	if err := root.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	// A recreated volume of the same name is not deleted by the old ID.
-	rec, _ := Create(ctx, root, req("v", "v", params.Delete))
+	rec, _ := root.Create(ctx, req("v", "v", params.Delete))
 	old := idOf(rec)
-	if err := Delete(ctx, root, old); err != nil {
+	if err := root.Delete(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	rec2, _ := Create(ctx, root, req("v", "v", params.Delete))
-	if err := Delete(ctx, root, old); err != nil {
+	rec2, _ := root.Create(ctx, req("v", "v", params.Delete))
+	if err := root.Delete(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "v")); err != nil || rec2.Token == rec.Token {
@@ -158,11 +162,11 @@ func TestPrunesOnlyParentsItCreated(t *testing.T) {
 	ctx := context.Background()
 	dir, root := newShare(t)
 	os.Mkdir(filepath.Join(dir, "premade"), 0o755)
-	rec, err := Create(ctx, root, req("a", "premade/a", params.Delete))
+	rec, err := root.Create(ctx, req("a", "premade/a", params.Delete))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Delete(ctx, root, idOf(rec)); err != nil {
+	if err := root.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "premade")); err != nil {
@@ -175,7 +179,7 @@ func TestPurgeNeverFollowsSymlinksAndStopsOnCancel(t *testing.T) {
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o600)
 	ctx := context.Background()
-	rec, err := Create(ctx, root, req("v", "v", params.Delete))
+	rec, err := root.Create(ctx, req("v", "v", params.Delete))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +190,7 @@ func TestPurgeNeverFollowsSymlinksAndStopsOnCancel(t *testing.T) {
 		os.MkdirAll(filepath.Join(vol, "d", strings.Repeat("x", i%7+1), "deep"), 0o755)
 		os.WriteFile(filepath.Join(vol, "d", strings.Repeat("x", i%7+1), "f"+string(rune('a'+i%26))), nil, 0o600)
 	}
-	if err := Delete(ctx, root, idOf(rec)); err != nil {
+	if err := root.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)

@@ -53,8 +53,8 @@ type Record struct {
 func recordPath(key string) string { return path.Join(volumesDir, key) }
 
 // readRecord returns the record stored under key, or nil when there is none.
-func readRecord(root *os.Root, key string) (*Record, error) {
-	b, err := root.Readlink(recordPath(key))
+func readRecord(volumes *os.Root, key string) (*Record, error) {
+	b, err := volumes.Readlink(key)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -78,27 +78,23 @@ func readRecord(root *os.Root, key string) (*Record, error) {
 }
 
 // writeRecordExclusive publishes r under key unless a record exists there.
-// It returns fs.ErrExist when one does, and an error wrapping
-// fs.ErrNotExist when the metadata area is missing.
-func writeRecordExclusive(root *os.Root, key string, r *Record) error {
+// It returns fs.ErrExist when one does.
+func writeRecordExclusive(volumes *os.Root, key string, r *Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	if err := root.Symlink(string(b), recordPath(key)); err != nil {
-		switch {
-		case errors.Is(err, fs.ErrExist):
+	if err := volumes.Symlink(string(b), key); err != nil {
+		if errors.Is(err, fs.ErrExist) {
 			return fs.ErrExist
-		case errors.Is(err, fs.ErrNotExist):
-			return err
 		}
 		return fmt.Errorf("write volume record %s: %w", recordPath(key), err)
 	}
 	return nil
 }
 
-func removeRecord(root *os.Root, key string) error {
-	if err := root.Remove(recordPath(key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+func removeRecord(volumes *os.Root, key string) error {
+	if err := volumes.Remove(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove volume record: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ package sharemount
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -48,7 +49,6 @@ type Manager struct {
 	dir          string
 	mounter      nfsmount.Mounter
 	mountTimeout time.Duration
-	onMount      func(*Share) // called after each (re)mount, e.g. to resume purges
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -59,15 +59,15 @@ type entry struct {
 	share *Share
 }
 
-// New returns a Manager keeping mounts under dir/mounts and option records
-// under dir/options. onMount may be nil.
-func New(dir string, m nfsmount.Mounter, mountTimeout time.Duration, onMount func(*Share)) (*Manager, error) {
-	for _, d := range []string{"mounts", "options"} {
+// New returns a Manager keeping mounts under dir/mounts, option records
+// under dir/options and the list of exports it has mounted under dir/known.
+func New(dir string, m nfsmount.Mounter, mountTimeout time.Duration) (*Manager, error) {
+	for _, d := range []string{"mounts", "options", "known"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("state directory: %w", err)
 		}
 	}
-	return &Manager{dir: dir, mounter: m, mountTimeout: mountTimeout, onMount: onMount, entries: map[string]*entry{}}, nil
+	return &Manager{dir: dir, mounter: m, mountTimeout: mountTimeout, entries: map[string]*entry{}}, nil
 }
 
 // Key returns the name of the mount point for an export and option set.
@@ -123,9 +123,7 @@ func (m *Manager) Get(ctx context.Context, e export.Export, opts mountopts.Optio
 		return nil, err
 	}
 	en.share = s
-	if m.onMount != nil {
-		m.onMount(s)
-	}
+	m.remember(key, e, opts)
 	return s, nil
 }
 
@@ -163,6 +161,51 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 		return nil, fault.Wrap(fault.Unavailable, err, "opening share %s", e)
 	}
 	return &Share{Export: e, Options: opts, Path: mp, root: root, checked: time.Now()}, nil
+}
+
+// known is what the state directory keeps about an export nfsdir mounted,
+// so that a restarted controller can resume work on it (purges).
+type known struct {
+	Server  string `json:"server"`
+	Share   string `json:"share"`
+	Options string `json:"options"`
+}
+
+func (m *Manager) remember(key string, e export.Export, opts mountopts.Options) {
+	p := filepath.Join(m.dir, "known", key)
+	if _, err := os.Stat(p); err == nil {
+		return
+	}
+	b, _ := json.Marshal(known{Server: e.Server, Share: e.Share, Options: opts.String()})
+	if err := os.WriteFile(p+".tmp", b, 0o600); err == nil {
+		_ = os.Rename(p+".tmp", p)
+	}
+}
+
+// Known returns the exports and options this state directory has mounted
+// before, e.g. by a controller that has since restarted.
+func (m *Manager) Known() ([]export.Export, []mountopts.Options) {
+	ents, _ := os.ReadDir(filepath.Join(m.dir, "known"))
+	var exps []export.Export
+	var opts []mountopts.Options
+	for _, en := range ents {
+		b, err := os.ReadFile(filepath.Join(m.dir, "known", en.Name()))
+		if err != nil {
+			continue
+		}
+		var k known
+		if json.Unmarshal(b, &k) != nil {
+			continue
+		}
+		e, err := export.New(k.Server, k.Share)
+		o, oerr := mountopts.Parse(k.Options)
+		if err != nil || oerr != nil {
+			klog.Warningf("state directory: ignoring %s: %v %v", en.Name(), err, oerr)
+			continue
+		}
+		exps, opts = append(exps, e), append(opts, o)
+	}
+	return exps, opts
 }
 
 // Shares returns the currently mounted shares.

@@ -1,0 +1,48 @@
+package provision
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
+)
+
+// Area is a share's managed directory tree opened for provisioning: the
+// share root and its metadata area. It keeps the records directory open so
+// that a record costs one round trip to the server. Create it with OpenArea;
+// it is safe for concurrent use.
+type Area struct {
+	root    *os.Root
+	volumes *os.Root
+}
+
+// OpenArea creates the metadata area below root when missing and opens it.
+// root stays owned by the caller and must outlive the Area.
+func OpenArea(root *os.Root) (*Area, error) {
+	for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir} {
+		if _, err := mkdirOnce(root, d, 0o700); err != nil {
+			return nil, fault.Wrap(fault.KindOf(err), err, "metadata area")
+		}
+	}
+	volumes, err := root.OpenRoot(volumesDir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", volumesDir, err)
+	}
+	return &Area{root: root, volumes: volumes}, nil
+}
+
+// Root returns the share root.
+func (a *Area) Root() *os.Root { return a.root }
+
+// Close releases the Area's own handles (not the share root).
+func (a *Area) Close() error { return a.volumes.Close() }
+
+// IsStale reports whether err means the Area's handles went stale (the
+// server re-exported, or the metadata area was removed behind nfsdir's back)
+// and the Area must be opened again.
+func IsStale(err error) bool {
+	return nfsmount.IsStale(err) || errors.Is(err, os.ErrClosed)
+}

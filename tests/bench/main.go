@@ -1,0 +1,262 @@
+// Command bench measures nfsdir against bare NFS operations in the lab guest
+// and prints a table (`make bench`). Mount- and RPC-bound work is measured
+// here, in the guest; compare the ratios, not the absolute times, which
+// reflect software emulation.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/csiserver"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+)
+
+var (
+	creates   = flag.Int("creates", 200, "CreateVolume calls")
+	files     = flag.Int("files", 100000, "files in the volume that is deleted")
+	publishes = flag.Int("publishes", 20, "NodePublishVolume calls")
+	vers      = flag.String("nfsvers", "4.1", "NFS version")
+)
+
+type row struct {
+	op, nfsdir, baseline, ratio, target, rpcs string
+}
+
+// nfsCalls returns the number of NFS client calls made so far (all
+// versions), from /proc/net/rpc/nfs.
+func nfsCalls() int64 {
+	b, _ := os.ReadFile("/proc/net/rpc/nfs")
+	var total int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.HasPrefix(f[0], "proc") {
+			continue
+		}
+		for _, n := range f[2:] {
+			var v int64
+			fmt.Sscan(n, &v)
+			total += v
+		}
+	}
+	return total
+}
+
+// perOp formats NFS calls per operation for nfsdir and the baseline.
+func perOp(got, base int64, n int) string {
+	if base < 0 {
+		return fmt.Sprintf("%.1f", float64(got)/float64(n))
+	}
+	return fmt.Sprintf("%.1f vs %.1f", float64(got)/float64(n), float64(base)/float64(n))
+}
+
+var rows []row
+
+func add(op string, got, base time.Duration, target string, ratio bool, rpcs string) {
+	r := row{op: op, nfsdir: got.Round(time.Microsecond).String(), baseline: "-", ratio: "-", target: target, rpcs: rpcs}
+	if ratio {
+		r.baseline = base.Round(time.Microsecond).String()
+		r.ratio = fmt.Sprintf("%.2f×", float64(got)/float64(base))
+	}
+	rows = append(rows, r)
+	fmt.Printf("  measured: %-48s %s\n", op, r.nfsdir)
+}
+
+func die(err error) {
+	fmt.Println("bench: FAILED:", err)
+	os.Exit(1)
+}
+
+func main() {
+	klog.InitFlags(nil)
+	flag.Set("v", "0")
+	flag.Parse()
+	if os.Getenv("NFSDIR_LAB") != "1" {
+		die(fmt.Errorf("run in the NFS lab: make bench"))
+	}
+	server, export := os.Getenv("NFSDIR_LAB_SERVER"), os.Getenv("NFSDIR_LAB_EXPORT")
+	ctx := context.Background()
+	work, _ := os.MkdirTemp("", "bench")
+
+	cfg := config.Default()
+	cfg.Mode, cfg.NodeID, cfg.Version = config.ModeAll, "bench", "bench"
+	cfg.StateDir = filepath.Join(work, "state")
+	cfg.Endpoint = "unix://" + filepath.Join(work, "csi.sock")
+	d, err := csiserver.New(cfg, nfsmount.NewSystem())
+	if err != nil {
+		die(err)
+	}
+	l, err := csiserver.Listen(cfg.Endpoint)
+	if err != nil {
+		die(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go d.Serve(sctx, l)
+	conn, err := grpc.NewClient("unix:"+l.Addr().(*net.UnixAddr).Name, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		die(err)
+	}
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	flags := []string{"nfsvers=" + *vers}
+	vc := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+	}
+	params := map[string]string{"server": server, "share": export}
+	create := func(name string) *csi.Volume {
+		r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params,
+			VolumeCapabilities: []*csi.VolumeCapability{vc}, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}})
+		if err != nil {
+			die(err)
+		}
+		return r.GetVolume()
+	}
+	create("warm-up") // mounts the share once
+
+	bare := filepath.Join(work, "bare")
+	os.MkdirAll(bare, 0o755)
+	if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(flags, ","), server+":"+export, bare).CombinedOutput(); err != nil {
+		die(fmt.Errorf("bare mount: %v %s", err, out))
+	}
+	os.MkdirAll(filepath.Join(bare, "bare-mkdir"), 0o755)
+
+	fmt.Printf("nfsdir bench in the lab guest (NFS %s over loopback, TCG emulation)\n", *vers)
+
+	// 0. The cost of a gRPC round trip alone, for context.
+	t0 := time.Now()
+	for i := 0; i < *creates; i++ {
+		if _, err := ctl.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{}); err != nil {
+			die(err)
+		}
+	}
+	add(fmt.Sprintf("gRPC round trip alone (ControllerGetCapabilities ×%d)", *creates), time.Since(t0), 0, "", false, "0")
+
+	// 1. CreateVolume vs mkdir.
+	c0 := nfsCalls()
+	t0 = time.Now()
+	for i := 0; i < *creates; i++ {
+		if err := os.Mkdir(filepath.Join(bare, "bare-mkdir", fmt.Sprint("d", i)), 0o770); err != nil {
+			die(err)
+		}
+	}
+	mkdirs := time.Since(t0)
+	mkdirCalls := nfsCalls() - c0
+	c0 = nfsCalls()
+	t0 = time.Now()
+	for i := 0; i < *creates; i++ {
+		create(fmt.Sprintf("pvc-seq-%d", i))
+	}
+	seq := time.Since(t0)
+	add(fmt.Sprintf("CreateVolume ×%d, one at a time", *creates), seq, mkdirs, "≤ 1.5× bare mkdir loop", true,
+		perOp(nfsCalls()-c0, mkdirCalls, *creates))
+	t0 = time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := 0; i < *creates; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			create(fmt.Sprintf("pvc-par-%d", i))
+		}(i)
+	}
+	wg.Wait()
+	add(fmt.Sprintf("CreateVolume ×%d, 16 in flight (as csi-provisioner)", *creates), time.Since(t0), mkdirs, "", true, "")
+
+	// 2. DeleteVolume of a volume holding many files vs rm -rf.
+	big := create("pvc-big")
+	fill := func(dir string) {
+		per := 1000
+		for i := 0; i < *files; i++ {
+			sub := filepath.Join(dir, fmt.Sprint("d", i/per))
+			if i%per == 0 {
+				os.MkdirAll(sub, 0o755)
+			}
+			if err := os.WriteFile(filepath.Join(sub, fmt.Sprint("f", i)), nil, 0o644); err != nil {
+				die(err)
+			}
+		}
+	}
+	fill(filepath.Join(export, "pvc-big")) // server side: fast local tmpfs
+	fill(filepath.Join(export, "bare-rm"))
+	c0 = nfsCalls()
+	t0 = time.Now()
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: big.GetVolumeId()}); err != nil {
+		die(err)
+	}
+	ret := time.Since(t0)
+	for {
+		ents, _ := os.ReadDir(filepath.Join(export, ".nfsdir/trash"))
+		if len(ents) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	purge := time.Since(t0)
+	purgeCalls := nfsCalls() - c0
+	c0 = nfsCalls()
+	t0 = time.Now()
+	if out, err := exec.Command("rm", "-rf", filepath.Join(bare, "bare-rm")).CombinedOutput(); err != nil {
+		die(fmt.Errorf("rm -rf: %v %s", err, out))
+	}
+	rmrf := time.Since(t0)
+	add(fmt.Sprintf("DeleteVolume of %d files: call returns", *files), ret, 0, "≤ 1s", false, "")
+	add(fmt.Sprintf("DeleteVolume of %d files: purged", *files), purge, rmrf, "vs rm -rf over NFS", true,
+		perOp(purgeCalls, nfsCalls()-c0, *files))
+
+	// 3. NodePublishVolume vs bare mount (medians).
+	v := create("pvc-publish")
+	src := server + ":" + filepath.Join(export, "pvc-publish")
+	var pub, mnt []time.Duration
+	for i := 0; i < *publishes; i++ {
+		target := filepath.Join(work, fmt.Sprint("t", i))
+		os.MkdirAll(target, 0o755)
+		t0 := time.Now()
+		if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(flags, ","), src, target).CombinedOutput(); err != nil {
+			die(fmt.Errorf("bare mount: %v %s", err, out))
+		}
+		mnt = append(mnt, time.Since(t0))
+		exec.Command("umount", target).Run()
+		t0 = time.Now()
+		if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.GetVolumeId(), TargetPath: target,
+			VolumeCapability: vc, VolumeContext: v.GetVolumeContext()}); err != nil {
+			die(err)
+		}
+		pub = append(pub, time.Since(t0))
+		if _, err := node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.GetVolumeId(), TargetPath: target}); err != nil {
+			die(err)
+		}
+	}
+	add(fmt.Sprintf("NodePublishVolume, median of %d", *publishes), median(pub), median(mnt), "≤ 1.2× bare mount", true, "")
+
+	exec.Command("umount", bare).Run()
+	fmt.Println()
+	fmt.Printf("| %-56s | %-12s | %-12s | %-7s | %-24s | %-18s |\n", "operation", "nfsdir", "baseline", "ratio", "target", "NFS calls/op")
+	fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 58), strings.Repeat("-", 14), strings.Repeat("-", 14), strings.Repeat("-", 9), strings.Repeat("-", 26), strings.Repeat("-", 20))
+	for _, r := range rows {
+		fmt.Printf("| %-56s | %-12s | %-12s | %-7s | %-24s | %-18s |\n", r.op, r.nfsdir, r.baseline, r.ratio, r.target, r.rpcs)
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
