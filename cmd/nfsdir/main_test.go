@@ -1,0 +1,48 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/params"
+)
+
+func TestParseFlags(t *testing.T) {
+	cfg, ver, err := parseFlags([]string{"--endpoint=tcp://127.0.0.1:9000", "--node-id=n1", "--mode=node",
+		"--driver-name=nfs.example.com", "--default-on-delete=Archive", "--mount-timeout=30s", "-v=4"})
+	if err != nil || ver {
+		t.Fatal(err)
+	}
+	if cfg.Endpoint != "tcp://127.0.0.1:9000" || cfg.NodeID != "n1" || cfg.Mode != config.ModeNode ||
+		cfg.DriverName != "nfs.example.com" || cfg.DefaultOnDelete != params.Archive || cfg.MountTimeout != 30*time.Second {
+		t.Errorf("parsed %+v", cfg)
+	}
+	if _, ver, err := parseFlags([]string{"--version", "--mode=bogus"}); err != nil || !ver {
+		t.Errorf("--version: %v %v", ver, err)
+	}
+	def, _, err := parseFlags([]string{"--node-id=n"})
+	if err != nil || def.Endpoint != "unix:///csi/csi.sock" || def.Mode != config.ModeAll || def.StateDir != "/var/lib/nfsdir" ||
+		def.DefaultOnDelete != params.Delete || def.MountTimeout != 2*time.Minute || def.DriverName != "nfsdir.csi.io" {
+		t.Errorf("defaults %+v %v", def, err)
+	}
+}
+
+func TestBadFlagsGiveOneClearLine(t *testing.T) {
+	for args, want := range map[string]string{
+		"--mode=both":                       `--mode "both"`,
+		"--mode=node":                       "--node-id is required",
+		"--node-id=n --endpoint=ftp://x":    "--endpoint",
+		"--node-id=n --mount-timeout=1ms":   "--mount-timeout",
+		"--node-id=n --mount-timeout=abc":   "mount-timeout",
+		"--node-id=n --default-on-delete=x": "--default-on-delete",
+		"--node-id=n --unknown":             "unknown flag",
+		"--node-id=n extra":                 "unexpected argument",
+	} {
+		_, _, err := parseFlags(strings.Fields(args))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %q, want one line containing %q", args, err, want)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+// Package arch enforces the dependency rule of the code base: pure logic
+// packages import only the standard library (and each other), only
+// csiserver imports gRPC and the CSI types, and only cmd and tests import
+// csiserver.
+package arch
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/nfsdir/nfsdir"
+
+var pure = []string{"config", "export", "fault", "mountopts", "params", "safepath", "subdir", "volumeid", "keylock", "version"}
+
+func deps(t *testing.T, pkg string) []string {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+func TestPurePackagesImportNoThirdParty(t *testing.T) {
+	for _, p := range pure {
+		pkg := module + "/pkg/" + p
+		for _, d := range deps(t, pkg) {
+			if d == pkg {
+				continue
+			}
+			ok := false
+			for _, q := range pure {
+				if d == module+"/pkg/"+q {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("pure package %s imports %s", p, d)
+			}
+		}
+	}
+}
+
+func TestOnlyCSIServerImportsGRPC(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/pkg/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			grpc := strings.HasPrefix(imp, "google.golang.org/grpc") || strings.HasPrefix(imp, "github.com/container-storage-interface/")
+			if grpc && f[0] != module+"/pkg/csiserver" {
+				t.Errorf("%s imports %s; only pkg/csiserver may", f[0], imp)
+			}
+			if imp == module+"/pkg/csiserver" {
+				t.Errorf("%s imports csiserver; only cmd and tests may", f[0])
+			}
+		}
+	}
+}
