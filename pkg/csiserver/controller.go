@@ -70,18 +70,35 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 	return a, share, nil
 }
 
-// forget drops a cached Area whose handles went stale, so that the next
-// call opens it again; err is returned unchanged.
-func (s *Controller) forget(share *sharemount.Share, err error) error {
-	if err != nil && provision.IsStale(err) {
-		s.areasMu.Lock()
-		if oa := s.areas[share.Path]; oa != nil && oa.share == share {
-			oa.area.Close()
-			delete(s.areas, share.Path)
+// onArea runs fn on the Area of the share (e, opts). When fn fails with a
+// stale handle (the server restarted or re-exported), it drops the cached
+// Area, has the share's health checked, which mounts it again if the mount
+// itself is stale, and runs fn once more.
+func (s *Controller) onArea(ctx context.Context, e export.Export, opts mountopts.Options, fn func(*provision.Area, *sharemount.Share) error) error {
+	for attempt := 0; ; attempt++ {
+		a, share, err := s.area(ctx, e, opts)
+		if err == nil {
+			err = fn(a, share)
 		}
-		s.areasMu.Unlock()
+		if err == nil || !provision.IsStale(err) || attempt > 0 {
+			return err
+		}
+		klog.Warningf("share %s: %v; checking the mount and retrying", e, err)
+		if share != nil {
+			s.forget(share)
+			s.shares.Invalidate(share)
+		}
 	}
-	return err
+}
+
+// forget drops the cached Area of share.
+func (s *Controller) forget(share *sharemount.Share) {
+	s.areasMu.Lock()
+	defer s.areasMu.Unlock()
+	if oa := s.areas[share.Path]; oa != nil && oa.share == share {
+		oa.area.Close()
+		delete(s.areas, share.Path)
+	}
 }
 
 // resume mounts every export this state directory has mounted before and
@@ -161,20 +178,22 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer s.locks.Release(req.GetName())
 
-	area, share, err := s.area(ctx, cp.Export, opts)
+	var rec *provision.Record
+	var shareOpts mountopts.Options
+	err = s.onArea(ctx, cp.Export, opts, func(a *provision.Area, share *sharemount.Share) (err error) {
+		shareOpts = share.Options
+		rec, err = a.Create(ctx, preq)
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	rec, err := area.Create(ctx, preq)
-	if err != nil {
-		return nil, toStatus(s.forget(share, err))
-	}
-	id, err := volumeid.New(cp.Export, volumeid.KeyFor(rec.Name), rec.Token, share.Options.String())
+	id, err := volumeid.New(cp.Export, volumeid.KeyFor(rec.Name), rec.Token, shareOpts.String())
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
 	if id.OptionsRef != "" {
-		if err := s.shares.RememberOptions(id.OptionsRef, share.Options); err != nil {
+		if err := s.shares.RememberOptions(id.OptionsRef, shareOpts); err != nil {
 			return nil, toStatus(err)
 		}
 	}
@@ -212,28 +231,30 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	}
 	defer s.locks.Release(raw)
 
-	area, share, err := s.areaOf(ctx, id)
+	err = s.onVolumeArea(ctx, id, func(a *provision.Area, share *sharemount.Share) error {
+		if err := a.Delete(ctx, id); err != nil {
+			return err
+		}
+		s.purger.Kick(s.bg, share.Path, a)
+		return nil
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := area.Delete(ctx, id); err != nil {
-		return nil, toStatus(s.forget(share, err))
-	}
-	s.purger.Kick(s.bg, share.Path, area)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// areaOf returns the Area of the share a volume ID names, mounted with the
-// options the ID carries or refers to.
-func (s *Controller) areaOf(ctx context.Context, id volumeid.ID) (*provision.Area, *sharemount.Share, error) {
+// onVolumeArea runs fn on the Area of the share a volume ID names, mounted
+// with the options the ID carries or refers to.
+func (s *Controller) onVolumeArea(ctx context.Context, id volumeid.ID, fn func(*provision.Area, *sharemount.Share) error) error {
 	opts, err := mountopts.Parse(id.Options)
 	if id.OptionsRef != "" {
 		opts, err = s.shares.LookupOptions(id.OptionsRef)
 	}
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	return s.area(ctx, id.Export, opts)
+	return s.onArea(ctx, id.Export, opts, fn)
 }
 
 // ValidateVolumeCapabilities confirms filesystem access of any mode.
@@ -279,13 +300,13 @@ func (s *Controller) exists(ctx context.Context, raw string) error {
 		}
 		return nil
 	}
-	area, share, err := s.areaOf(ctx, id)
+	var rec *provision.Record
+	err = s.onVolumeArea(ctx, id, func(a *provision.Area, _ *sharemount.Share) (err error) {
+		rec, err = a.Lookup(id)
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	rec, err := area.Lookup(id)
-	if err != nil {
-		return s.forget(share, err)
 	}
 	if rec == nil {
 		return fault.New(fault.NotFound, "volume %q does not exist", raw)

@@ -30,13 +30,13 @@ const shutdownGrace = 30 * time.Second
 // Driver is a configured nfsdir process: the services it runs and their
 // dependencies.
 type Driver struct {
-	cfg     config.Config
-	server  *grpc.Server
+	cfg        config.Config
+	server     *grpc.Server
 	shares     *sharemount.Manager // nil without the controller service
 	controller *Controller
-	purger  *provision.Purger
-	cancel  context.CancelFunc
-	serving atomic.Bool
+	purger     *provision.Purger
+	cancel     context.CancelFunc
+	serving    atomic.Bool
 }
 
 // New builds the driver for cfg, using m for all mounts. cfg must be valid.

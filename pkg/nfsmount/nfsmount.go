@@ -56,10 +56,16 @@ type Usage struct {
 	TotalInodes, FreeInodes, UsedInodes   int64
 }
 
-// IsStale reports whether err says the mount is stale or its server is
-// unreachable, so that unmounting and mounting again is the remedy.
+// IsStale reports whether err (at any depth of wrapping) says the mount is
+// stale or its server is unreachable, so that unmounting and mounting again
+// is the remedy.
 func IsStale(err error) bool {
-	return mountutils.IsCorruptedMnt(err) && !errors.Is(err, syscall.EACCES)
+	for _, e := range []error{syscall.ESTALE, syscall.ENOTCONN, syscall.EIO, syscall.EHOSTDOWN, syscall.ENODEV} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // System is the Mounter of the running kernel. Create it with NewSystem.

@@ -3,10 +3,12 @@ package nfsmount
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -123,5 +125,15 @@ func TestProbeSharesOneCallPerPath(t *testing.T) {
 func TestUnmountOfUnmountedTargetIsNoop(t *testing.T) {
 	if err := NewSystem().Unmount(context.Background(), t.TempDir()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestIsStale(t *testing.T) {
+	wrapped := fmt.Errorf("write record: %w", &os.LinkError{Op: "symlinkat", Err: syscall.ESTALE})
+	if !IsStale(wrapped) || !IsStale(&os.PathError{Err: syscall.EIO}) {
+		t.Error("stale errors not recognised through wrapping")
+	}
+	if IsStale(syscall.EACCES) || IsStale(errors.New("x")) || IsStale(nil) {
+		t.Error("non-stale error reported stale")
 	}
 }

@@ -277,4 +277,3 @@ func pruneParents(root *os.Root, subDir string) {
 		_ = root.Remove(parentMarker(p))
 	}
 }
-

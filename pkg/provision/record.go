@@ -88,6 +88,10 @@ func writeRecordExclusive(volumes *os.Root, key string, r *Record) error {
 		if errors.Is(err, fs.ErrExist) {
 			return fs.ErrExist
 		}
+		var le *os.LinkError // its message would repeat the record's text
+		if errors.As(err, &le) {
+			err = le.Err
+		}
 		return fmt.Errorf("write volume record %s: %w", recordPath(key), err)
 	}
 	return nil

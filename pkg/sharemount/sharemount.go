@@ -7,8 +7,8 @@ package sharemount
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -206,6 +206,23 @@ func (m *Manager) Known() ([]export.Export, []mountopts.Options) {
 		exps, opts = append(exps, e), append(opts, o)
 	}
 	return exps, opts
+}
+
+// Invalidate makes the next Get of share check its health at once instead
+// of trusting the last check; call it when an operation on the share failed
+// with a stale handle.
+func (m *Manager) Invalidate(share *Share) {
+	m.mu.Lock()
+	en := m.entries[Key(share.Export, share.Options)]
+	m.mu.Unlock()
+	if en == nil {
+		return
+	}
+	en.sem <- struct{}{}
+	if en.share == share {
+		share.checked = time.Time{}
+	}
+	<-en.sem
 }
 
 // Shares returns the currently mounted shares.

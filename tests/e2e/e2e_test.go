@@ -315,3 +315,49 @@ func TestDeadServer(t *testing.T) {
 		t.Errorf("delete after the outage: %v", err)
 	}
 }
+
+// TestControllerRemountsStaleShare replaces the exported filesystem under a
+// running controller: its kept share mount goes stale, and the next
+// CreateVolume must notice, mount the share again and succeed.
+func TestControllerRemountsStaleShare(t *testing.T) {
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.1")
+	c.Create(t, "pvc-before-reexport", params(), vc)
+	lab.ReplaceExport(t)
+	v := c.Create(t, "pvc-after-reexport", params(), vc)
+	if !exists(onExport("pvc-after-reexport")) || !exists(onExport(".nfsdir/volumes")) {
+		t.Fatal("volume not created on the new filesystem")
+	}
+	c.Delete(t, v)
+}
+
+// TestPurgeResumesAfterRestart stops the controller while it purges a
+// deleted volume; a new controller with the same state directory finishes
+// the purge on its own, without any further call.
+func TestPurgeResumesAfterRestart(t *testing.T) {
+	lab.Require(t)
+	state := filepath.Join(t.TempDir(), "state")
+	withState := func(cfg *config.Config) { cfg.StateDir = state }
+	d := lab.StartDriver(t, nfsmount.NewSystem(), withState)
+	c := lab.Connect(t, d.Endpoint)
+	vc := lab.RWX("nfsvers=4.2")
+	v := c.Create(t, "pvc-resume", params("onDelete", "delete"), vc)
+	for i := 0; i < 20; i++ {
+		sub := onExport(filepath.Join("pvc-resume", "d"+string(rune('a'+i))))
+		os.MkdirAll(sub, 0o755)
+		for j := 0; j < 200; j++ {
+			os.WriteFile(filepath.Join(sub, "f"+string(rune('a'+j%26))+string(rune('a'+j/26))), nil, 0o644)
+		}
+	}
+	c.Delete(t, v)
+	d.Stop()
+	ents, _ := os.ReadDir(onExport(".nfsdir/trash"))
+	if len(ents) != 1 {
+		t.Fatalf("trash after stopping mid-purge: %d entries, want 1 (the purge must stop with the driver)", len(ents))
+	}
+	lab.StartDriver(t, nfsmount.NewSystem(), withState)
+	waitTrashEmpty(t)
+	if exists(onExport("pvc-resume")) {
+		t.Error("volume directory back")
+	}
+}

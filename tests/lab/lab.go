@@ -113,3 +113,10 @@ func StopNFSServer(t testing.TB) { Sh(t, "rpc.nfsd 0") }
 func StartNFSServer(t testing.TB) {
 	Sh(t, "rpc.nfsd 8 && (echo Y > /proc/fs/nfsd/v4_end_grace) 2>/dev/null; (echo Y > /proc/fs/lockd/nlm_end_grace) 2>/dev/null; true")
 }
+
+// ReplaceExport replaces the filesystem behind the main export with a fresh,
+// empty one and re-exports it: every file handle clients hold goes stale,
+// as after a server that lost its filesystem or re-exported another one.
+func ReplaceExport(t testing.TB) {
+	Sh(t, "exportfs -ua && umount -l "+Export()+" && mount -t tmpfs -o size=1g,mode=0755 export "+Export()+" && exportfs -ra")
+}
