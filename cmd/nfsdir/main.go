@@ -71,6 +71,9 @@ func parseFlags(args []string) (config.Config, bool, error) {
 }
 
 func run(cfg config.Config) error {
+	// Modes of volume directories are exactly what the StorageClass asks
+	// for; every file the driver creates itself names its mode.
+	syscall.Umask(0)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	d, err := csiserver.New(cfg, nfsmount.NewSystem())

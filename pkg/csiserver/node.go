@@ -104,6 +104,9 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		if cur.Source != source {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s already has %s mounted, not %s", target, cur.Source, source)
 		}
+		if ro := hasOption(cur.Options, "ro"); ro != req.GetReadonly() {
+			return nil, status.Errorf(codes.AlreadyExists, "target %s already has %s mounted with readonly=%v; requested readonly=%v", target, source, ro, req.GetReadonly())
+		}
 		pctx, cancel := context.WithTimeout(ctx, statsTimeout)
 		_, perr := s.mounter.Probe(pctx, target)
 		cancel()
@@ -149,6 +152,15 @@ func (s *Node) checkSingleWriter(c *csi.VolumeCapability, source, target string)
 		}
 	}
 	return nil
+}
+
+func hasOption(opts []string, name string) bool {
+	for _, o := range opts {
+		if o == name {
+			return true
+		}
+	}
+	return false
 }
 
 // volumeOf reads what to mount from the volume context, or, for a

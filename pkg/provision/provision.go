@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -137,7 +138,7 @@ func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 		}
 	}
 	// Chmod after chown: chown clears the setgid bit.
-	if owned || rec.Mode&^0o777 != 0 || rec.Mode&processUmask != 0 {
+	if owned || rec.Mode&^0o777 != 0 || rec.Mode&processUmask() != 0 {
 		if err := root.Chmod(rec.SubDir, perm); err != nil {
 			return fault.Wrap(fault.PermissionDenied, err, "set mode %04o of %q", rec.Mode, rec.SubDir)
 		}
@@ -145,12 +146,13 @@ func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 	return nil
 }
 
-// processUmask is the umask at start-up; mkdir(2) clears its bits.
-var processUmask = func() uint32 {
+// processUmask returns the process umask, read once at the first volume
+// creation (main sets it to 0 before serving); mkdir(2) clears its bits.
+var processUmask = sync.OnceValue(func() uint32 {
 	old := syscall.Umask(0o022)
 	syscall.Umask(old)
 	return uint32(old)
-}()
+})
 
 // modeBits converts Unix permission bits (with setuid/setgid/sticky) to an
 // fs.FileMode.

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -84,19 +85,23 @@ func die(err error) {
 
 func main() {
 	klog.InitFlags(nil)
-	flag.Set("v", "0")
 	flag.Parse()
+	work, _ := os.MkdirTemp("", "bench")
+	// The driver's log goes to a file: the guest's serial console is slow
+	// enough to dominate a CreateVolume.
+	flag.Set("logtostderr", "false")
+	flag.Set("log_file", filepath.Join(work, "nfsdir.log"))
 	if os.Getenv("NFSDIR_LAB") != "1" {
 		die(fmt.Errorf("run in the NFS lab: make bench"))
 	}
 	server, export := os.Getenv("NFSDIR_LAB_SERVER"), os.Getenv("NFSDIR_LAB_EXPORT")
 	ctx := context.Background()
-	work, _ := os.MkdirTemp("", "bench")
 
 	cfg := config.Default()
 	cfg.Mode, cfg.NodeID, cfg.Version = config.ModeAll, "bench", "bench"
 	cfg.StateDir = filepath.Join(work, "state")
 	cfg.Endpoint = "unix://" + filepath.Join(work, "csi.sock")
+	syscall.Umask(0) // as cmd/nfsdir does
 	d, err := csiserver.New(cfg, nfsmount.NewSystem())
 	if err != nil {
 		die(err)

@@ -77,7 +77,7 @@ func TestLifecycleEveryVersionAndPolicy(t *testing.T) {
 				v := c.Create(t, name, params("onDelete", policy), vc)
 				dir := onExport(name)
 				st, err := os.Stat(dir)
-				if err != nil || st.Mode().Perm() != 0o770 || st.Mode()&os.ModeSetgid == 0 {
+				if err != nil || st.Mode().Perm() != 0o770 || st.Mode()&(os.ModeSetgid|os.ModeSetuid|os.ModeSticky) != 0 {
 					t.Fatalf("volume directory %s: %v %v", dir, st.Mode(), err)
 				}
 				base := t.TempDir()

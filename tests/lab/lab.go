@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +71,7 @@ func StartDriver(t testing.TB, m nfsmount.Mounter, mutate func(*config.Config)) 
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	syscall.Umask(0) // as cmd/nfsdir does
 	d, err := csiserver.New(cfg, m)
 	if err != nil {
 		t.Fatal(err)

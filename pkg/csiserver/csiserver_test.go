@@ -1,0 +1,183 @@
+package csiserver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+var ctx = context.Background()
+
+func mountCap(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+var blockCap = &csi.VolumeCapability{
+	AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+}
+
+func TestCreateVolumeRejectsBadInputAndTouchesNothing(t *testing.T) {
+	conn, m := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	good := map[string]string{"server": "nfs.example", "share": "/export"}
+	with := func(k, v string) map[string]string {
+		p := map[string]string{"server": "nfs.example", "share": "/export"}
+		p[k] = v
+		return p
+	}
+	tests := []struct {
+		name string
+		req  *csi.CreateVolumeRequest
+		code codes.Code
+		msg  string
+	}{
+		{"no name", &csi.CreateVolumeRequest{Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{rwx}}, codes.InvalidArgument, "name"},
+		{"no caps", &csi.CreateVolumeRequest{Name: "v", Parameters: good}, codes.InvalidArgument, "capabilities"},
+		{"block", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{blockCap}}, codes.InvalidArgument, "block"},
+		{"unknown key", &csi.CreateVolumeRequest{Name: "v", Parameters: with("colour", "red"), VolumeCapabilities: []*csi.VolumeCapability{rwx}}, codes.InvalidArgument, `"colour"`},
+		{"relative share", &csi.CreateVolumeRequest{Name: "v", Parameters: with("share", "export"), VolumeCapabilities: []*csi.VolumeCapability{rwx}}, codes.InvalidArgument, "absolute"},
+		{"root subDir", &csi.CreateVolumeRequest{Name: "v", Parameters: with("subDir", "/"), VolumeCapabilities: []*csi.VolumeCapability{rwx}}, codes.InvalidArgument, "share root"},
+		{"escaping subDir", &csi.CreateVolumeRequest{Name: "v", Parameters: with("subDir", "a/../../etc"), VolumeCapabilities: []*csi.VolumeCapability{rwx}}, codes.InvalidArgument, ".."},
+		{"bad mount option", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "nfsvers=3", "vers=4")}}, codes.InvalidArgument, "twice"},
+		{"limit below required", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{rwx}, CapacityRange: &csi.CapacityRange{RequiredBytes: 10, LimitBytes: 5}}, codes.OutOfRange, "exceed"},
+		{"content source", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{rwx},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "x"}}}}, codes.InvalidArgument, "not supported"},
+	}
+	for _, tt := range tests {
+		_, err := ctl.CreateVolume(ctx, tt.req)
+		if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%s: %v, want %s containing %q", tt.name, err, tt.code, tt.msg)
+		}
+	}
+	if acts := m.Actions(); len(acts) != 0 {
+		t.Errorf("bad requests mounted something: %v", acts)
+	}
+}
+
+func TestProbeIsReadyOnlyWhenServing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.NodeID, cfg.StateDir = "n", filepath.Join(dir, "state")
+	d, err := New(cfg, nfsmounttest.New(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ready() == nil {
+		t.Error("ready before serving")
+	}
+	conn, _ := startFake(t)
+	r, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+	if err != nil || !r.GetReady().GetValue() {
+		t.Errorf("Probe while serving: %v %v", r, err)
+	}
+}
+
+func TestDeleteVolumeNeverActsOnForeignIDs(t *testing.T) {
+	conn, m := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	exp := m.ExportDir("nfs.example", "/export")
+	os.MkdirAll(filepath.Join(exp, "pvc-legacy"), 0o755)
+	_, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "nfs.example#export#pvc-legacy#pvc-legacy#delete"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "by hand") {
+		t.Errorf("legacy ID: %v", err)
+	}
+	for _, id := range []string{"pvc-legacy", "../../etc", "n1|nfs.example|/export|x.y|"} {
+		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Errorf("DeleteVolume(%q) = %v, want OK (nothing to delete)", id, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(exp, "pvc-legacy")); err != nil {
+		t.Fatal("legacy volume directory removed")
+	}
+}
+
+func TestLongMountOptionsSurviveInStateDirectory(t *testing.T) {
+	conn, m := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	long := []string{"nfsvers=4.2", "hard", "timeo=600", "retrans=5", "rsize=1048576", "wsize=1048576", "sec=sys", "noresvport", "lookupcache=positive"}
+	vc := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, long...)
+	r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-long", VolumeCapabilities: []*csi.VolumeCapability{vc},
+		Parameters: map[string]string{"server": "nfs.example", "share": "/export"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := volumeid.Parse(r.GetVolume().GetVolumeId())
+	if err != nil || id.OptionsRef == "" || len(r.GetVolume().GetVolumeId()) > volumeid.MaxLen {
+		t.Fatalf("ID %q: %+v %v", r.GetVolume().GetVolumeId(), id, err)
+	}
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: r.GetVolume().GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	var mounted bool
+	for _, a := range m.Actions() {
+		mounted = mounted || strings.Contains(a, strings.Join(long, ","))
+	}
+	if !mounted {
+		t.Errorf("share never mounted with the class options: %v", m.Actions())
+	}
+}
+
+func TestValidateVolumeCapabilities(t *testing.T) {
+	conn, _ := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-v", VolumeCapabilities: []*csi.VolumeCapability{rwx},
+		Parameters: map[string]string{"server": "nfs.example", "share": "/export"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.GetVolume().GetVolumeId()
+	ok, err := ctl.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{rwx}})
+	if err != nil || ok.GetConfirmed() == nil {
+		t.Errorf("RWX not confirmed: %v %v", ok, err)
+	}
+	no, err := ctl.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{blockCap}})
+	if err != nil || no.GetConfirmed() != nil || !strings.Contains(no.GetMessage(), "block") {
+		t.Errorf("block: %v %v", no, err)
+	}
+	if _, err := ctl.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "nope", VolumeCapabilities: []*csi.VolumeCapability{rwx}}); status.Code(err) != codes.NotFound {
+		t.Errorf("unknown volume: %v", err)
+	}
+}
+
+func TestNodePublishReadOnlyMismatchIsAlreadyExists(t *testing.T) {
+	conn, m := startFake(t)
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-ro", VolumeCapabilities: []*csi.VolumeCapability{rwx},
+		Parameters: map[string]string{"server": "nfs.example", "share": "/export"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := r.GetVolume()
+	target := filepath.Join(t.TempDir(), "t")
+	pub := func(ro bool) error {
+		_, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target,
+			VolumeCapability: rwx, VolumeContext: v.VolumeContext, Readonly: ro})
+		return err
+	}
+	if err := pub(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub(true); err != nil {
+		t.Errorf("same publish again: %v", err)
+	}
+	if err := pub(false); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("read-write over read-only: %v", err)
+	}
+	if e, _ := m.Mounted(target); e == nil || !strings.Contains(strings.Join(e.Options, ","), "ro") {
+		t.Errorf("mount entry %+v", e)
+	}
+}
