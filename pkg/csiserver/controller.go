@@ -165,9 +165,12 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, invalid("%v", err)
 	}
 	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
-		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity}
+		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared}
 	if preq.OnDelete == "" {
 		preq.OnDelete = s.defaultOnDelete
+	}
+	if preq.Shared && preq.OnDelete != params.Retain {
+		return nil, invalid("parameter \"allowSharedSubDir\" requires onDelete: retain; the driver default is %s", preq.OnDelete)
 	}
 	if preq.Mode == 0 {
 		preq.Mode = s.defaultMode
@@ -188,7 +191,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	id, err := volumeid.New(cp.Export, volumeid.KeyFor(rec.Name), rec.Token, shareOpts.String())
+	id, err := volumeid.New(cp.Export, rec.Key(), rec.Token, shareOpts.String())
 	if err != nil {
 		return nil, invalid("%v", err)
 	}

@@ -27,6 +27,7 @@ const (
 	KeyUID              = "uid"
 	KeyGID              = "gid"
 	KeyMountOptions     = "mountoptions"
+	KeyAllowShared      = "allowsharedsubdir"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -62,13 +63,17 @@ type Create struct {
 	OnDelete OnDelete    // "" = driver default
 	UID, GID int         // owner of the new directory; -1 = unchanged
 	Vars     subdir.Vars // the claim's names, as passed by csi-provisioner
+	// Shared lets several volumes use one directory (allowSharedSubDir).
+	// Only valid with onDelete retain: deleting one volume must not delete
+	// the others' data.
+	Shared bool
 }
 
 // ParseCreate parses StorageClass parameters. The subDir template is
 // expanded with the claim's names from the parameters themselves.
 func ParseCreate(p map[string]string) (Create, error) {
 	m, err := lower(p, KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyPVCName, KeyPVCNamespace, KeyPVName)
+		KeyUID, KeyGID, KeyAllowShared, KeyPVCName, KeyPVCNamespace, KeyPVName)
 	if err != nil {
 		return Create{}, err
 	}
@@ -90,6 +95,14 @@ func ParseCreate(p map[string]string) (Create, error) {
 	if v, ok := m[KeyOnDelete]; ok {
 		if c.OnDelete, err = ParseOnDelete(v); err != nil {
 			return Create{}, fmt.Errorf("parameter %v", err)
+		}
+	}
+	if v, ok := m[KeyAllowShared]; ok {
+		if c.Shared, err = strconv.ParseBool(v); err != nil {
+			return Create{}, fmt.Errorf("parameter \"allowSharedSubDir\" %q must be true or false", v)
+		}
+		if c.Shared && c.OnDelete != "" && c.OnDelete != Retain {
+			return Create{}, fmt.Errorf("parameter \"allowSharedSubDir\" requires onDelete: retain (deleting one volume would delete the data of the others)")
 		}
 	}
 	if c.UID, err = parseID(m, KeyUID); err != nil {
@@ -186,7 +199,7 @@ func lower(p map[string]string, known ...string) (map[string]string, error) {
 			if strings.HasPrefix(lk, kubeletPrefix) {
 				continue
 			}
-			return nil, fmt.Errorf("unknown parameter %q; known parameters: server, share, subDir, mountPermissions, onDelete, uid, gid", k)
+			return nil, fmt.Errorf("unknown parameter %q; known parameters: server, share, subDir, mountPermissions, onDelete, uid, gid, allowSharedSubDir", k)
 		}
 		if _, dup := out[lk]; dup {
 			return nil, fmt.Errorf("parameter %q is given twice (keys are case-insensitive)", k)

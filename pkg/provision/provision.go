@@ -35,35 +35,61 @@ type Request struct {
 	Mode          uint32
 	UID, GID      int
 	CapacityBytes int64
+	// Shared allows other volumes to use the same directory; only with
+	// OnDelete retain.
+	Shared bool
 }
 
 // Create makes the volume directory for req on the share, or returns the
-// existing record when the same request was already served (a retry). The
-// record is published before the directory is made, so a directory without a
-// record is never nfsdir's. On the first creation it costs two round trips to
-// the server (symlink, mkdir), plus one chmod for special mode bits and one
-// chown when an owner is set.
+// existing record when the same request was already served (a retry).
 //
-// Errors: AlreadyExists when the name exists with other parameters or the
-// directory exists without being nfsdir's; FailedPrecondition when a path
-// component is a symlink or not a directory.
+// The record is keyed by the volume's directory and published, exclusively,
+// before the directory is made: a directory without a record is never
+// nfsdir's, and two volumes can never claim one directory unless both opt in
+// to sharing it. A new volume directory must not lie inside another volume's
+// directory; it cannot contain one, since it must not exist yet. A first
+// creation costs two round trips to the server (symlink, mkdir), one more per
+// parent level of a nested subDir, and a chown and chmod when an owner or
+// special mode bits are asked for.
+//
+// Errors: InvalidArgument for a path inside another volume; AlreadyExists
+// when the directory belongs to another volume, when the same volume exists
+// with other parameters, or when the directory exists without being
+// nfsdir's; FailedPrecondition when a path component is a symlink or not a
+// directory.
 func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
 		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
 	}
-	key := volumeid.KeyFor(req.Name)
+	if err := a.checkNotNested(req.SubDir); err != nil {
+		return nil, err
+	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
-		OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
+		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second)}
+	key := rec.Key()
+	if req.Shared {
+		// Shared volumes coexist only with other shared volumes.
+		if other, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir)); err != nil || other != nil {
+			if err != nil {
+				return nil, err
+			}
+			return nil, fault.New(fault.AlreadyExists, "subDir %q belongs to volume %q, which does not share it", req.SubDir, other.Name)
+		}
+	}
 	err := writeRecordExclusive(a.volumes, key, rec)
 	if errors.Is(err, fs.ErrExist) {
-		// A retry, or a crash between the record and the directory.
+		// A retry, a crash between the record and the directory, or another
+		// volume that owns the directory.
 		old, err := readRecord(a.volumes, key)
 		if err != nil {
 			return nil, err
 		}
 		if old == nil {
 			return nil, fault.New(fault.Aborted, "volume %q is being deleted concurrently; retry", req.Name)
+		}
+		if old.Name != req.Name {
+			return nil, fault.New(fault.AlreadyExists, "subDir %q already belongs to volume %q; two volumes sharing a directory would delete each other's data (a StorageClass can allow it with allowSharedSubDir and onDelete: retain)", req.SubDir, old.Name)
 		}
 		if err := compatible(old, req); err != nil {
 			return nil, err
@@ -73,18 +99,29 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := makeVolumeDir(a.root, rec, true); err != nil {
+	if err := makeVolumeDir(a.root, rec, !req.Shared); err != nil {
 		_ = removeRecord(a.volumes, key)
 		return nil, err
 	}
 	return rec, nil
 }
 
+// checkNotNested fails when a parent of subDir is an (exclusive) volume.
+func (a *Area) checkNotNested(subDir string) error {
+	for _, p := range safepath.Parents(subDir) {
+		rec, err := readRecord(a.volumes, volumeid.KeyForDir(p))
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			return fault.New(fault.InvalidArgument, "subDir %q lies inside volume %q (directory %q); volumes cannot nest", subDir, rec.Name, p)
+		}
+	}
+	return nil
+}
+
 func compatible(rec *Record, req Request) error {
 	var diffs []string
-	if rec.SubDir != req.SubDir {
-		diffs = append(diffs, fmt.Sprintf("subDir %q (requested %q)", rec.SubDir, req.SubDir))
-	}
 	if rec.OnDelete != req.OnDelete {
 		diffs = append(diffs, fmt.Sprintf("onDelete %s (requested %s)", rec.OnDelete, req.OnDelete))
 	}
@@ -124,7 +161,11 @@ func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 	err := root.Mkdir(rec.SubDir, perm.Perm())
 	switch {
 	case errors.Is(err, fs.ErrExist) && fresh:
-		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and nfsdir did not create it; choose another subDir or move it away", rec.SubDir)
+		why := "nfsdir did not create it"
+		if _, perr := root.Lstat(parentMarker(rec.SubDir)); perr == nil {
+			why = "it holds the directories of other nfsdir volumes"
+		}
+		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and %s; choose another subDir or move it away", rec.SubDir, why)
 	case errors.Is(err, fs.ErrExist):
 		_, err = mkdirOnce(root, rec.SubDir, perm.Perm()) // checks it is a real directory
 		return err

@@ -28,7 +28,7 @@ func newShare(t *testing.T) (string, *Area) {
 }
 
 func idOf(rec *Record) volumeid.ID {
-	return volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: volumeid.KeyFor(rec.Name), Token: rec.Token}
+	return volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: rec.Key(), Token: rec.Token}
 }
 
 func req(name, sub string, policy params.OnDelete) Request {
@@ -55,8 +55,15 @@ func TestCreateIdempotentAndConflicts(t *testing.T) {
 	if _, err := root.Create(ctx, bigger); !fault.Is(err, fault.AlreadyExists) {
 		t.Fatalf("different capacity: %v", err)
 	}
-	if _, err := root.Create(ctx, req("pvc-2", "ns/pvc-1", params.Delete)); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), "did not create") {
+	if _, err := root.Create(ctx, req("pvc-2", "ns/pvc-1", params.Delete)); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), `belongs to volume "pvc-1"`) {
 		t.Fatalf("second name on same dir: %v", err)
+	}
+	os.MkdirAll(filepath.Join(dir, "planted"), 0o755)
+	if _, err := root.Create(ctx, req("pvc-3", "planted", params.Delete)); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), "did not create") {
+		t.Fatalf("foreign directory: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, volumesDir, volumeid.KeyForDir("planted"))); err == nil {
+		t.Fatal("record left behind for a refused volume")
 	}
 	// Crash between record and directory: the retry makes the directory.
 	os.Remove(filepath.Join(dir, "ns/pvc-1"))
@@ -136,7 +143,7 @@ func TestDeleteNeverTouchesForeignDirectories(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "foreign"), 0o755)
 	os.WriteFile(filepath.Join(dir, "foreign/data"), []byte("x"), 0o600)
 	// An ID naming the foreign directory's would-be record does nothing.
-	id := volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: volumeid.KeyFor("foreign"), Token: "aaaaaaaa"}
+	id := volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: volumeid.KeyForDir("foreign"), Token: "aaaaaaaa"}
 	if err := root.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -208,5 +215,63 @@ func TestPurgeNeverFollowsSymlinksAndStopsOnCancel(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
 		t.Fatal("purge followed a symlink out of the share")
+	}
+}
+
+func TestVolumesNeverNest(t *testing.T) {
+	ctx := context.Background()
+	_, a := newShare(t)
+	if _, err := a.Create(ctx, req("outer", "team", params.Delete)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create(ctx, req("inner", "team/data", params.Delete)); !fault.Is(err, fault.InvalidArgument) || !strings.Contains(err.Error(), `inside volume "outer"`) {
+		t.Fatalf("volume inside a volume: %v", err)
+	}
+	if _, err := a.Create(ctx, req("deep", "ns/x/y", params.Delete)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create(ctx, req("around", "ns", params.Delete)); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), "other nfsdir volumes") {
+		t.Fatalf("volume around a volume: %v", err)
+	}
+	if _, err := a.Create(ctx, req("around2", "ns/x", params.Delete)); !fault.Is(err, fault.AlreadyExists) {
+		t.Fatalf("volume around a volume: %v", err)
+	}
+}
+
+func TestSharedSubDirIsOptIn(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	shared := func(name string) Request {
+		r := req(name, "common", params.Retain)
+		r.Shared = true
+		return r
+	}
+	r1, err := a.Create(ctx, shared("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := a.Create(ctx, shared("b"))
+	if err != nil || r1.Key() == r2.Key() {
+		t.Fatalf("second sharer: %+v %v", r2, err)
+	}
+	if _, err := a.Create(ctx, req("c", "common", params.Retain)); !fault.Is(err, fault.AlreadyExists) {
+		t.Errorf("exclusive volume over a shared directory: %v", err)
+	}
+	if _, err := a.Create(ctx, req("d", "own", params.Delete)); err != nil {
+		t.Fatal(err)
+	}
+	s := shared("e")
+	s.SubDir = "own"
+	if _, err := a.Create(ctx, s); !fault.Is(err, fault.AlreadyExists) || !strings.Contains(err.Error(), "does not share") {
+		t.Errorf("sharing an exclusive volume's directory: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "common", "data"), []byte("x"), 0o600)
+	for _, r := range []*Record{r1, r2} {
+		if err := a.Delete(ctx, idOf(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "common", "data")); err != nil {
+		t.Fatal("shared data gone")
 	}
 }

@@ -24,7 +24,8 @@ import (
 // symlink(2) publishes it whole and fails if it exists, which makes the
 // write atomic and exclusive across controllers, on NFS too, in a single
 // round trip; readlink(2) reads it back. The link is never followed: its
-// target is not a path. <key> is volumeid.KeyFor(name).
+// target is not a path. <key> is volumeid.KeyForDir(subDir), or for a
+// volume that shares its directory, volumeid.KeyForShared(subDir, name).
 const (
 	volumesDir = safepath.MetaDir + "/volumes"
 	parentsDir = safepath.MetaDir + "/parents"
@@ -42,6 +43,7 @@ type Record struct {
 	Name          string          `json:"name"`  // CSI volume name
 	Token         string          `json:"token"` // creation token, also in the volume ID
 	SubDir        string          `json:"subDir"`
+	Shared        bool            `json:"shared,omitempty"`
 	OnDelete      params.OnDelete `json:"onDelete"`
 	Mode          uint32          `json:"mode"`
 	UID           int             `json:"uid"` // -1: not changed
@@ -51,6 +53,14 @@ type Record struct {
 }
 
 func recordPath(key string) string { return path.Join(volumesDir, key) }
+
+// Key returns the key the record is stored under.
+func (r *Record) Key() string {
+	if r.Shared {
+		return volumeid.KeyForShared(r.SubDir, r.Name)
+	}
+	return volumeid.KeyForDir(r.SubDir)
+}
 
 // readRecord returns the record stored under key, or nil when there is none.
 func readRecord(volumes *os.Root, key string) (*Record, error) {
@@ -71,8 +81,8 @@ func readRecord(volumes *os.Root, key string) (*Record, error) {
 	if err := safepath.CheckVolumePath(r.SubDir); err != nil {
 		return nil, fmt.Errorf("volume record %s names an unsafe directory: %v", recordPath(key), err)
 	}
-	if volumeid.KeyFor(r.Name) != key {
-		return nil, fmt.Errorf("volume record %s belongs to another volume name", recordPath(key))
+	if r.Key() != key {
+		return nil, fmt.Errorf("volume record %s does not match its key", recordPath(key))
 	}
 	return &r, nil
 }

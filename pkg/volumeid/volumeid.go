@@ -12,8 +12,9 @@
 //
 //	n1|<server>|<share>|<key>.<token>|<options>
 //
-// <key> (20 base32 characters) names the record and is derived from the CSI
-// volume name; <token> (8 base32 characters) is random per creation, so an ID
+// <key> (20 base32 characters) names the record and is derived from the
+// volume's directory (and, for a volume sharing its directory, its name);
+// <token> (8 base32 characters) is random per creation, so an ID
 // of a deleted volume never matches a later volume of the same name.
 // <options> is the comma list of mount options used for the share, or
 // "@" and a 16-hex digest when the list does not fit in MaxLen.
@@ -56,9 +57,18 @@ type ID struct {
 	OptionsRef string // digest of the mount options, when they did not fit
 }
 
-// KeyFor returns the record key of a CSI volume name.
-func KeyFor(name string) string {
-	sum := sha256.Sum256([]byte("nfsdir-volume\x00" + name))
+// KeyForDir returns the record key of the volume that owns the directory
+// subDir.
+func KeyForDir(subDir string) string { return key("nfsdir-dir\x00" + subDir) }
+
+// KeyForShared returns the record key of volume name in a directory that
+// several volumes share.
+func KeyForShared(subDir, name string) string {
+	return key("nfsdir-shared\x00" + subDir + "\x00" + name)
+}
+
+func key(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return strings.ToLower(b32.EncodeToString(sum[:]))[:keyLen]
 }
 

@@ -17,7 +17,7 @@ func mustExport(t testing.TB, server, share string) export.Export {
 }
 
 func TestRoundTrip(t *testing.T) {
-	key, tok := KeyFor("pvc-1"), NewToken()
+	key, tok := KeyForDir("pvc-1"), NewToken()
 	cases := []struct{ server, share, opts string }{
 		{"nfs.example.com", "/srv/nfs", "nfsvers=4.1,hard"},
 		{"fd00::1", "/", ""},
@@ -41,7 +41,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestOptionsReference(t *testing.T) {
 	opts := "nfsvers=4.2,hard,timeo=600,retrans=5,rsize=1048576,wsize=1048576,sec=krb5p,xprtsec=mtls,noresvport"
-	id, err := New(mustExport(t, "nfs-server.storage.svc.cluster.local", "/exports/kubernetes"), KeyFor("x"), NewToken(), opts)
+	id, err := New(mustExport(t, "nfs-server.storage.svc.cluster.local", "/exports/kubernetes"), KeyForDir("x"), NewToken(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +51,14 @@ func TestOptionsReference(t *testing.T) {
 	if _, err := Parse(id.String()); err != nil {
 		t.Error(err)
 	}
-	_, err = New(mustExport(t, strings.Repeat("a", 60)+".example", "/"+strings.Repeat("s", 60)), KeyFor("x"), NewToken(), "")
+	_, err = New(mustExport(t, strings.Repeat("a", 60)+".example", "/"+strings.Repeat("s", 60)), KeyForDir("x"), NewToken(), "")
 	if err == nil || !strings.Contains(err.Error(), "too long") {
 		t.Errorf("over-long export: %v", err)
 	}
 }
 
 func TestParseErrors(t *testing.T) {
-	valid, _ := New(mustExport(t, "s", "/x"), KeyFor("v"), "abcdefgh", "")
+	valid, _ := New(mustExport(t, "s", "/x"), KeyForDir("v"), "abcdefgh", "")
 	vs := valid.String()
 	bad := map[string]string{
 		"":                                    "not an nfsdir",
@@ -86,7 +86,8 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestKeyAndToken(t *testing.T) {
-	if KeyFor("a") != KeyFor("a") || KeyFor("a") == KeyFor("b") || !isBase32(KeyFor("a"), keyLen) {
+	if KeyForDir("a") != KeyForDir("a") || KeyForDir("a") == KeyForDir("b") || !isBase32(KeyForDir("a"), keyLen) ||
+		KeyForShared("a", "v") == KeyForDir("a") || KeyForShared("a", "v") == KeyForShared("a", "w") || !isBase32(KeyForShared("a", "v"), keyLen) {
 		t.Error("KeyFor")
 	}
 	if a, b := NewToken(), NewToken(); a == b || !isBase32(a, tokenLen) {
@@ -113,7 +114,7 @@ func TestParseLegacy(t *testing.T) {
 // FuzzParse asserts that whatever the input, an accepted ID round-trips
 // exactly, fits the CSI limit and names a valid export.
 func FuzzParse(f *testing.F) {
-	id, _ := New(export.Export{Server: "fd00::1", Share: "/srv"}, KeyFor("x"), "abcdefgh", "nfsvers=3")
+	id, _ := New(export.Export{Server: "fd00::1", Share: "/srv"}, KeyForDir("x"), "abcdefgh", "nfsvers=3")
 	f.Add(id.String())
 	f.Add("n1|s|/|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")
 	f.Add("n1|s|/x/../..|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")

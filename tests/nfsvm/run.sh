@@ -57,10 +57,16 @@ timeout --kill-after=10 "${NFSDIR_LAB_TIMEOUT:-1500}" \
   -serial "file:$tmp/console.log" -serial stdio \
   -drive "file=$tmp/payload.tar,format=raw,if=virtio,readonly=on" \
   -drive "file=$tmp/out.img,format=raw,if=virtio" </dev/null |
-  awk -v rcfile="$rcfile" '
-    { sub(/\r$/, "") }
-    /^EXIT=[0-9]+$/ { print substr($0, 6) > rcfile; close(rcfile); next }
-    { print; fflush() }'
+  # A shell loop, not awk: mawk reads pipes in large blocks, which would hold
+  # the test's output back until the guest stops.
+  while IFS= read -r line || [ -n "$line" ]; do
+    line=${line%$'\r'}
+    if [[ $line =~ ^EXIT=([0-9]+)$ ]]; then
+      echo "${BASH_REMATCH[1]}" >"$rcfile"
+    else
+      printf '%s\n' "$line"
+    fi
+  done
 qrc=${PIPESTATUS[0]}
 
 if [ -s "$rcfile" ]; then
