@@ -1,5 +1,8 @@
 // Command nfsdir is a CSI driver that turns one NFS export into many
 // volumes: every volume is a subdirectory of the export.
+//
+// `nfsdir [flags]` serves CSI; `nfsdir adopt [flags]` hands an existing
+// directory over to nfsdir (see README, "Adopting existing data").
 package main
 
 import (
@@ -22,6 +25,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "adopt" {
+		if err := runAdopt(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "nfsdir adopt:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, showVersion, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nfsdir:", err)

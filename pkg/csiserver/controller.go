@@ -2,6 +2,9 @@ package csiserver
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -222,8 +225,7 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	id, err := volumeid.Parse(raw)
 	if err != nil {
 		if l, lerr := volumeid.ParseLegacy(raw); lerr == nil {
-			return nil, status.Errorf(codes.FailedPrecondition,
-				"volume %q was not created by nfsdir (csi-driver-nfs ID for %s, subDir %q); nfsdir never deletes such directories: delete the data by hand", raw, l.Export, l.SubDir)
+			return s.deleteLegacy(ctx, raw, l)
 		}
 		// Nothing nfsdir could have created: there is nothing to delete.
 		klog.Warningf("DeleteVolume %q: %v; nothing to do", raw, err)
@@ -245,6 +247,36 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, toStatus(err)
 	}
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// deleteLegacy answers DeleteVolume for a csi-driver-nfs ID: nfsdir did not
+// create its directory, so it never removes it. When the directory is gone
+// already there is nothing to do; otherwise the operator must decide.
+func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Legacy) (*csi.DeleteVolumeResponse, error) {
+	dir := l.SubDir
+	if dir == "" {
+		dir = "."
+	}
+	// The share root only: no metadata area is created on a foreign share.
+	share, err := s.shares.Get(ctx, l.Export, nil)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	// Opening the parent revalidates its cached attributes (close-to-open),
+	// so a directory removed through another client is not seen as present.
+	if d, err := share.Root().Open(path.Dir(dir)); err == nil {
+		d.Close()
+	}
+	_, err = share.Root().Lstat(dir)
+	present := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, toStatus(err)
+	}
+	if !present {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	return nil, status.Errorf(codes.FailedPrecondition,
+		"volume %q was not created by nfsdir (csi-driver-nfs ID for directory %q on %s); nfsdir never deletes a directory it did not create: delete the data by hand, or hand it over with `nfsdir adopt`", raw, l.SubDir, l.Export)
 }
 
 // onVolumeArea runs fn on the Area of the share a volume ID names, mounted

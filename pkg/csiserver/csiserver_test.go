@@ -103,6 +103,12 @@ func TestDeleteVolumeNeverActsOnForeignIDs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(exp, "pvc-legacy")); err != nil {
 		t.Fatal("legacy volume directory removed")
 	}
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "nfs.example#export#pvc-gone#pvc-gone#"}); err != nil {
+		t.Errorf("legacy ID of a missing directory: %v, want OK", err)
+	}
+	if _, err := os.Stat(filepath.Join(exp, ".nfsdir")); err == nil {
+		t.Error("a legacy ID made nfsdir write its metadata area")
+	}
 }
 
 func TestLongMountOptionsSurviveInStateDirectory(t *testing.T) {

@@ -274,7 +274,9 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 				return err
 			}
 		default:
-			if err := root.Rename(rec.SubDir, trashName(id)); err != nil {
+			// ENOENT: gone meanwhile (our own earlier attempt, seen through a
+			// stale cache, or someone else); nothing left to move.
+			if err := root.Rename(rec.SubDir, trashName(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("move %q to trash: %w", rec.SubDir, err)
 			}
 		}
@@ -299,6 +301,9 @@ func archive(root *os.Root, rec *Record) error {
 			return fmt.Errorf("check %q: %w", name, err)
 		}
 		if err := root.Rename(rec.SubDir, name); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // gone meanwhile; nothing left to archive
+			}
 			return fmt.Errorf("archive %q as %q: %w", rec.SubDir, name, err)
 		}
 		klog.Infof("volume %s: archived %q as %q", rec.Name, rec.SubDir, name)
@@ -319,4 +324,48 @@ func pruneParents(root *os.Root, subDir string) {
 		}
 		_ = root.Remove(parentMarker(p))
 	}
+}
+
+// Adopt hands an existing directory, created by something else (a
+// csi-driver-nfs volume, a static PV, an administrator), over to nfsdir: it
+// writes a record for it, so that the volume ID built from the record can be
+// deleted, archived or retained like any nfsdir volume. The directory must
+// exist, be a real directory, lie outside other volumes and have no record.
+// Nothing is written into the directory.
+func (a *Area) Adopt(req Request) (*Record, error) {
+	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
+		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
+	}
+	if req.Shared {
+		return nil, fault.New(fault.InvalidArgument, "a shared directory cannot be adopted")
+	}
+	if err := a.checkNotNested(req.SubDir); err != nil {
+		return nil, err
+	}
+	for _, p := range append(safepath.Parents(req.SubDir), req.SubDir) {
+		st, err := a.root.Lstat(p)
+		if err != nil {
+			return nil, fault.Wrap(fault.NotFound, err, "directory %q", req.SubDir)
+		}
+		if !st.IsDir() {
+			return nil, fault.New(fault.FailedPrecondition, "%q is not a directory (%s)", p, st.Mode().Type())
+		}
+	}
+	st, err := a.root.Lstat(req.SubDir)
+	if err != nil {
+		return nil, err
+	}
+	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
+		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true}
+	if err := writeRecordExclusive(a.volumes, rec.Key(), rec); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			old, _ := readRecord(a.volumes, rec.Key())
+			if old != nil {
+				return nil, fault.New(fault.AlreadyExists, "directory %q already belongs to nfsdir volume %q", req.SubDir, old.Name)
+			}
+		}
+		return nil, err
+	}
+	return rec, nil
 }

@@ -275,3 +275,32 @@ func TestSharedSubDirIsOptIn(t *testing.T) {
 		t.Fatal("shared data gone")
 	}
 }
+
+func TestAdopt(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	os.MkdirAll(filepath.Join(dir, "legacy/pvc-old"), 0o755)
+	os.WriteFile(filepath.Join(dir, "legacy/pvc-old/data"), []byte("x"), 0o600)
+	os.Symlink("/", filepath.Join(dir, "link"))
+	for sub, kind := range map[string]fault.Kind{"missing": fault.NotFound, "link": fault.FailedPrecondition, "..": fault.InvalidArgument} {
+		if _, err := a.Adopt(Request{Name: "x", SubDir: sub, OnDelete: params.Retain}); !fault.Is(err, kind) {
+			t.Errorf("Adopt(%q) = %v, want %v", sub, err, kind)
+		}
+	}
+	rec, err := a.Adopt(Request{Name: "pvc-old", SubDir: "legacy/pvc-old", OnDelete: params.Archive})
+	if err != nil || !rec.Adopted {
+		t.Fatal(rec, err)
+	}
+	if _, err := a.Adopt(Request{Name: "again", SubDir: "legacy/pvc-old", OnDelete: params.Archive}); !fault.Is(err, fault.AlreadyExists) {
+		t.Errorf("second adoption: %v", err)
+	}
+	if err := a.Delete(ctx, idOf(rec)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "archived-legacy-pvc-old/data")); err != nil {
+		t.Errorf("adopted volume not archived: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "legacy")); err != nil {
+		t.Error("removed a parent nfsdir did not create")
+	}
+}

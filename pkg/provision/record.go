@@ -44,6 +44,7 @@ type Record struct {
 	Token         string          `json:"token"` // creation token, also in the volume ID
 	SubDir        string          `json:"subDir"`
 	Shared        bool            `json:"shared,omitempty"`
+	Adopted       bool            `json:"adopted,omitempty"` // handed over by `nfsdir adopt`
 	OnDelete      params.OnDelete `json:"onDelete"`
 	Mode          uint32          `json:"mode"`
 	UID           int             `json:"uid"` // -1: not changed

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/sharemount"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// adoptArgs are the arguments of `nfsdir adopt`.
+type adoptArgs struct {
+	server, share, subDir, name, onDelete, mountOptions, stateDir, driver string
+	capacity                                                              int64
+	timeout                                                               time.Duration
+}
+
+func parseAdopt(args []string) (adoptArgs, error) {
+	a := adoptArgs{}
+	fs := pflag.NewFlagSet("nfsdir adopt", pflag.ContinueOnError)
+	fs.StringVar(&a.server, "server", "", "NFS server (required)")
+	fs.StringVar(&a.share, "share", "", "exported path (required)")
+	fs.StringVar(&a.subDir, "subdir", "", "existing directory below the share to hand over (required)")
+	fs.StringVar(&a.name, "name", "", "volume name to record (default: the PV name to create, adopted-<last subdir element>)")
+	fs.StringVar(&a.onDelete, "on-delete", "retain", "what DeleteVolume will do with it: retain, archive or delete")
+	fs.StringVar(&a.mountOptions, "mount-options", "", "mount options for the share, comma separated (as the StorageClass mountOptions)")
+	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "the controller's --state-dir")
+	fs.StringVar(&a.driver, "driver-name", config.DefaultDriverName, "the driver name, for the printed PersistentVolume")
+	fs.Int64Var(&a.capacity, "capacity", 0, "capacity in bytes to record (informational; NFS directories have no quota)")
+	fs.DurationVar(&a.timeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting the share may take")
+	if err := fs.Parse(args); err != nil {
+		return a, err
+	}
+	if a.server == "" || a.share == "" || a.subDir == "" {
+		return a, fmt.Errorf("--server, --share and --subdir are required")
+	}
+	a.subDir = strings.Trim(a.subDir, "/")
+	if a.name == "" {
+		a.name = "adopted-" + filepath.Base(a.subDir)
+	}
+	return a, nil
+}
+
+// runAdopt hands an existing directory over to nfsdir (see provision.Adopt)
+// and prints the volume ID and a PersistentVolume that uses it. It mounts
+// the share under its own directory so that it never disturbs the running
+// controller's mounts.
+func runAdopt(args []string, out io.Writer) error {
+	a, err := parseAdopt(args)
+	if err != nil {
+		return err
+	}
+	e, err := export.New(a.server, a.share)
+	if err != nil {
+		return err
+	}
+	policy, err := params.ParseOnDelete(a.onDelete)
+	if err != nil {
+		return fmt.Errorf("--on-delete: %v", err)
+	}
+	opts, err := mountopts.Parse(a.mountOptions)
+	if err != nil {
+		return fmt.Errorf("--mount-options: %v", err)
+	}
+	registry, err := sharemount.New(a.stateDir, nfsmount.NewSystem(), a.timeout)
+	if err != nil {
+		return err
+	}
+	own, err := sharemount.New(filepath.Join(a.stateDir, "adopt", fmt.Sprint(os.Getpid())), nfsmount.NewSystem(), a.timeout)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout+time.Minute)
+	defer cancel()
+	defer own.Close(ctx)
+	share, err := own.Get(ctx, e, opts)
+	if err != nil {
+		return err
+	}
+	area, err := provision.OpenArea(share.Root())
+	if err != nil {
+		return err
+	}
+	defer area.Close()
+	rec, err := area.Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity})
+	if err != nil {
+		return err
+	}
+	id, err := volumeid.New(e, rec.Key(), rec.Token, share.Options.String())
+	if err != nil {
+		return err
+	}
+	if id.OptionsRef != "" {
+		if err := registry.RememberOptions(id.OptionsRef, share.Options); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "adopted %s on %s as volume %q (onDelete=%s)\nvolume ID: %s\n\n", rec.SubDir, e, rec.Name, rec.OnDelete, id)
+	fmt.Fprintf(out, `# Bind the data with a PersistentVolume that uses this handle:
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: %s
+spec:
+  capacity:
+    storage: %d
+  accessModes: [ReadWriteMany]
+  persistentVolumeReclaimPolicy: Delete
+  mountOptions: [%s]
+  csi:
+    driver: %s
+    volumeHandle: %q
+    volumeAttributes:
+      server: %q
+      share: %q
+      subDir: %q
+`, rec.Name, max(a.capacity, 1), strings.Join(share.Options, ", "), a.driver, id.String(), e.Server, e.Share, rec.SubDir)
+	return nil
+}

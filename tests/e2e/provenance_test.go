@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+	"github.com/nfsdir/nfsdir/tests/lab"
+)
+
+// exportListing returns every path on the export outside .nfsdir.
+func exportListing(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	filepath.Walk(lab.Export(), func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(lab.Export(), p)
+		if rel == ".nfsdir" {
+			return filepath.SkipDir
+		}
+		out = append(out, rel)
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+func createErr(c *lab.Client, t *testing.T, name string, p map[string]string) error {
+	_, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), &csi.CreateVolumeRequest{
+		Name: name, Parameters: p, VolumeCapabilities: []*csi.VolumeCapability{lab.RWX()}})
+	return err
+}
+
+func deleteErr(c *lab.Client, t *testing.T, id string) error {
+	_, err := c.Controller.DeleteVolume(lab.Ctx(t, time.Minute), &csi.DeleteVolumeRequest{VolumeId: id})
+	return err
+}
+
+// TestRejectedSubDirForms: every subDir that is, or escapes to, the share
+// root, the metadata area or outside the share is refused and nothing on
+// the export changes.
+func TestRejectedSubDirForms(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	before := exportListing(t)
+	for _, sub := range []string{".", "/", "./", "//", "..", "../x", "a/../..", "a/..", "/abs", "/export", ".nfsdir",
+		".nfsdir/trash", ".nfsdir/volumes/x", "a//b", "a/./b", "x\x00y"} {
+		if err := createErr(c, t, "pvc-bad", params("subDir", sub)); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("subDir %q: %v, want InvalidArgument", sub, err)
+		}
+	}
+	for _, tc := range []struct{ name, ns string }{{"..", "x"}, {".", "x"}, {"x", ".."}, {".nfsdir", "x"}} {
+		err := createErr(c, t, "pvc-bad", params("subDir", "${pvc.metadata.name}/${pvc.metadata.namespace}",
+			"csi.storage.k8s.io/pvc/name", tc.name, "csi.storage.k8s.io/pvc/namespace", tc.ns))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("template with name %q namespace %q: %v", tc.name, tc.ns, err)
+		}
+	}
+	// share "/" with the export's own name as subDir names the export root
+	// through the NFSv4 pseudo root: refused, nothing wiped.
+	p := params("subDir", strings.TrimPrefix(lab.Export(), "/"))
+	p["share"] = "/"
+	if err := createErr(c, t, "pvc-root-alias", p); err == nil {
+		t.Errorf("share / + subDir %s was accepted", lab.Export())
+	}
+	if after := exportListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Errorf("export changed:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// TestForeignDirectoryNamedByCraftedIDs plants a directory nfsdir did not
+// create and aims every kind of ID at it, with every onDelete policy.
+func TestForeignDirectoryNamedByCraftedIDs(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	os.MkdirAll(onExport("foreign/inner"), 0o755)
+	os.WriteFile(onExport("foreign/inner/data"), []byte("precious"), 0o644)
+	exp := export.Export{Server: lab.Server(), Share: lab.Export()}
+	var native []string
+	for _, opts := range []string{"", "nfsvers=4.1", "nfsvers=3"} {
+		for _, key := range []string{volumeid.KeyForDir("foreign"), volumeid.KeyForDir("foreign/inner"), volumeid.KeyForShared("foreign", "x")} {
+			id, _ := volumeid.New(exp, key, volumeid.NewToken(), opts)
+			native = append(native, id.String())
+		}
+	}
+	for _, id := range native {
+		if err := deleteErr(c, t, id); err != nil {
+			t.Errorf("crafted nfsdir ID %q: %v, want OK and nothing done", id, err)
+		}
+	}
+	share := strings.TrimPrefix(lab.Export(), "/")
+	for _, policy := range []string{"", "delete", "retain", "archive"} {
+		for _, sub := range []string{"foreign", "foreign/inner", "", "foreign/../foreign"} {
+			id := lab.Server() + "#" + share + "#" + sub + "#pvc-x#" + policy
+			err := deleteErr(c, t, id)
+			if sub == "foreign/../foreign" {
+				if err != nil && status.Code(err) != codes.FailedPrecondition {
+					t.Errorf("legacy ID %q: %v", id, err)
+				}
+				continue
+			}
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "did not create") {
+				t.Errorf("legacy ID %q: %v, want FailedPrecondition", id, err)
+			}
+		}
+	}
+	if b, err := os.ReadFile(onExport("foreign/inner/data")); err != nil || string(b) != "precious" {
+		t.Fatalf("foreign data touched: %q %v", b, err)
+	}
+	if ents, _ := filepath.Glob(onExport("archived-*")); len(ents) > 0 {
+		t.Errorf("archived something: %v", ents)
+	}
+	// The legacy directory gone: deleting its ID is an idempotent success.
+	os.RemoveAll(onExport("foreign"))
+	if err := deleteErr(c, t, lab.Server()+"#"+share+"#foreign#pvc-x#delete"); err != nil {
+		t.Errorf("legacy ID of a removed directory: %v", err)
+	}
+}
+
+// TestTemplateCollision: a template that is not unique per claim maps two
+// claims to one directory; the second is refused, naming the first.
+func TestTemplateCollision(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	p := func(pvc, pv string) map[string]string {
+		return params("subDir", "${pvc.metadata.namespace}", "csi.storage.k8s.io/pvc/namespace", "team-x",
+			"csi.storage.k8s.io/pvc/name", pvc, "csi.storage.k8s.io/pv/name", pv)
+	}
+	a := c.Create(t, "pvc-a", p("a", "pvc-a"), lab.RWX())
+	os.WriteFile(onExport("team-x/a-data"), []byte("a"), 0o644)
+	err := createErr(c, t, "pvc-b", p("b", "pvc-b"))
+	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), `"pvc-a"`) {
+		t.Fatalf("second claim on team-x: %v", err)
+	}
+	// Nesting either way is refused too.
+	if err := createErr(c, t, "pvc-c", params("subDir", "team-x/c")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("volume inside pvc-a: %v", err)
+	}
+	if b, err := os.ReadFile(onExport("team-x/a-data")); err != nil || string(b) != "a" {
+		t.Fatal("pvc-a's data touched")
+	}
+	c.Delete(t, a)
+}
+
+// TestSharedSubDirOptIn: with allowSharedSubDir and onDelete retain, two
+// volumes use one directory, and deleting both keeps the data.
+func TestSharedSubDirOptIn(t *testing.T) {
+	c := start(t, nil)
+	if err := createErr(c, t, "pvc-s0", params("subDir", "shared", "allowSharedSubDir", "true", "onDelete", "delete")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("sharing with onDelete delete: %v", err)
+	}
+	vc := lab.RWX("nfsvers=4.2")
+	p := params("subDir", "shared", "allowSharedSubDir", "true", "onDelete", "retain")
+	s1 := c.Create(t, "pvc-s1", p, vc)
+	s2 := c.Create(t, "pvc-s2", p, vc)
+	base := t.TempDir()
+	c.Publish(t, s1, filepath.Join(base, "1"), vc, false)
+	c.Publish(t, s2, filepath.Join(base, "2"), vc, false)
+	os.WriteFile(filepath.Join(base, "1", "f"), []byte("shared"), 0o644)
+	if b, err := os.ReadFile(filepath.Join(base, "2", "f")); err != nil || string(b) != "shared" {
+		t.Fatalf("not shared: %q %v", b, err)
+	}
+	if err := createErr(c, t, "pvc-s3", params("subDir", "shared")); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("exclusive volume over a shared directory: %v", err)
+	}
+	c.Unpublish(t, s1, filepath.Join(base, "1"))
+	c.Unpublish(t, s2, filepath.Join(base, "2"))
+	c.Delete(t, s1)
+	c.Delete(t, s2)
+	if b, err := os.ReadFile(onExport("shared/f")); err != nil || string(b) != "shared" {
+		t.Fatalf("shared data after deleting both: %q %v", b, err)
+	}
+}
+
+// TestLegacyVolumePublishes: a csi-driver-nfs volume handle publishes with
+// or without attributes, and is never deleted.
+func TestLegacyVolumePublishes(t *testing.T) {
+	c := start(t, nil)
+	os.MkdirAll(onExport("legacy-pvc"), 0o777)
+	os.WriteFile(onExport("legacy-pvc/data"), []byte("old"), 0o644)
+	id := lab.Server() + "#" + strings.TrimPrefix(lab.Export(), "/") + "#legacy-pvc#legacy-pvc#"
+	vc := lab.RWX("nfsvers=4.1")
+	base := t.TempDir()
+	for i, ctx := range []map[string]string{nil, {"server": lab.Server(), "share": lab.Export(), "subDir": "legacy-pvc"}} {
+		target := filepath.Join(base, string(rune('a'+i)))
+		c.Publish(t, &csi.Volume{VolumeId: id, VolumeContext: ctx}, target, vc, false)
+		if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "old" {
+			t.Errorf("legacy volume content: %q %v", b, err)
+		}
+		c.Unpublish(t, &csi.Volume{VolumeId: id}, target)
+	}
+	if err := deleteErr(c, t, id); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("DeleteVolume of a legacy volume: %v", err)
+	}
+	if _, err := os.Stat(onExport("legacy-pvc/data")); err != nil {
+		t.Fatal("legacy data deleted")
+	}
+}
+
+// TestCrashBetweenDirectoryAndRecord recreates the state a controller
+// killed between moving a volume away and removing its record leaves, and
+// retries the delete.
+func TestCrashBetweenDirectoryAndRecord(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	for _, policy := range []string{"delete", "archive"} {
+		name := "pvc-crash-" + policy
+		v := c.Create(t, name, params("onDelete", policy), lab.RWX())
+		id, err := volumeid.Parse(v.VolumeId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		record := onExport(".nfsdir/volumes/" + id.Key)
+		moved := onExport(".nfsdir/trash/" + id.Key + "." + id.Token)
+		if policy == "archive" {
+			moved = onExport("archived-" + name)
+		}
+		if err := os.Rename(onExport(name), moved); err != nil {
+			t.Fatal(err)
+		}
+		if !exists(record) {
+			t.Fatal("record missing before the retry")
+		}
+		c.Delete(t, v)
+		if exists(record) || exists(onExport(name)) {
+			t.Errorf("%s: record %v, directory %v after the retry", policy, exists(record), exists(onExport(name)))
+		}
+		if policy == "archive" && !exists(moved) {
+			t.Error("archived directory lost")
+		}
+	}
+	waitTrashEmpty(t)
+}
+
+// TestAdoptThenDelete hands a directory nfsdir did not create over with
+// `nfsdir adopt`; the printed ID then deletes (archives) it like a volume.
+func TestAdoptThenDelete(t *testing.T) {
+	c := start(t, nil)
+	bin, err := exec.LookPath("nfsdir")
+	if err != nil {
+		t.Fatalf("the lab must carry the nfsdir binary (make test-nfs puts it on PATH): %v", err)
+	}
+	os.MkdirAll(onExport("legacy-adopt/pvc-9"), 0o755)
+	os.WriteFile(onExport("legacy-adopt/pvc-9/data"), []byte("keep"), 0o644)
+	out, err := exec.Command(bin, "adopt", "--server", lab.Server(), "--share", lab.Export(), "--subdir", "legacy-adopt/pvc-9",
+		"--name", "pvc-9", "--on-delete", "archive", "--mount-options", "nfsvers=4.1", "--state-dir", t.TempDir()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nfsdir adopt: %v\n%s", err, out)
+	}
+	var id string
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "volume ID: "); ok {
+			id = v
+		}
+	}
+	if _, err := volumeid.Parse(id); err != nil {
+		t.Fatalf("adopt printed no usable ID: %v\n%s", err, out)
+	}
+	if err := deleteErr(c, t, id); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(onExport("archived-legacy-adopt-pvc-9/data")); err != nil || string(b) != "keep" {
+		t.Fatalf("adopted volume not archived: %q %v", b, err)
+	}
+	if !exists(onExport("legacy-adopt")) {
+		t.Error("removed a parent nfsdir did not create")
+	}
+}
