@@ -46,10 +46,7 @@ func startFake(tb testing.TB) (*grpc.ClientConn, *nfsmounttest.Fake) {
 	return conn, m
 }
 
-var rwx = &csi.VolumeCapability{
-	AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
-}
+var rwx = mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 
 // BenchmarkCreateVolume measures the CPU cost of CreateVolume on the host,
 // end to end through gRPC, with the share on a local directory.

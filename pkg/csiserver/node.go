@@ -65,14 +65,13 @@ func (s *Node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeG
 // NodePublishVolume mounts server:/share/subDir on the target path.
 func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	target := req.GetTargetPath()
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, invalid("volume ID is required")
-	case target == "":
-		return nil, invalid("target path is required")
-	case !filepath.IsAbs(target):
+	if err := checkIDAndPath(req.GetVolumeId(), "target path", target); err != nil {
+		return nil, err
+	}
+	if !filepath.IsAbs(target) {
 		return nil, invalid("target path %q must be absolute", target)
-	case req.GetVolumeCapability() == nil:
+	}
+	if req.GetVolumeCapability() == nil {
 		return nil, invalid("volume capability is required")
 	}
 	classOpts, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
@@ -154,6 +153,17 @@ func (s *Node) checkSingleWriter(c *csi.VolumeCapability, source, target string)
 	return nil
 }
 
+// checkIDAndPath validates the fields every node call carries.
+func checkIDAndPath(volumeID, what, p string) error {
+	switch {
+	case volumeID == "":
+		return invalid("volume ID is required")
+	case p == "":
+		return invalid("%s is required", what)
+	}
+	return nil
+}
+
 func hasOption(opts []string, name string) bool {
 	for _, o := range opts {
 		if o == name {
@@ -180,11 +190,8 @@ func volumeOf(id string, attrs map[string]string) (params.Volume, error) {
 // it.
 func (s *Node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	target := req.GetTargetPath()
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, invalid("volume ID is required")
-	case target == "":
-		return nil, invalid("target path is required")
+	if err := checkIDAndPath(req.GetVolumeId(), "target path", target); err != nil {
+		return nil, err
 	}
 	target = filepath.Clean(target)
 	if !s.locks.TryAcquire(target) {
@@ -307,11 +314,8 @@ func (e *unhealthyError) Unwrap() error { return fault.New(fault.Unavailable, "%
 // within statsTimeout. Errors: InvalidArgument, NotFound (not mounted), or
 // *unhealthyError (Unavailable).
 func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, error) {
-	switch {
-	case volumeID == "":
-		return nfsmount.Usage{}, invalid("volume ID is required")
-	case p == "":
-		return nfsmount.Usage{}, invalid("volume path is required")
+	if err := checkIDAndPath(volumeID, "volume path", p); err != nil {
+		return nfsmount.Usage{}, err
 	}
 	cur, err := s.mounter.Mounted(filepath.Clean(p))
 	if err != nil {
