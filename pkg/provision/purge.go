@@ -152,37 +152,16 @@ func emptyDir(ctx context.Context, fd int, name string) error {
 			}
 			return nil
 		}
-		var subdirs []string
-		files := make(chan string)
-		errc := make(chan error, removeParallelism)
-		var wg sync.WaitGroup
-		for w := 0; w < removeParallelism; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for f := range files {
-					if err := removeAt(ctx, fd, f); err != nil {
-						select {
-						case errc <- err:
-						default:
-						}
-					}
-				}
-			}()
-		}
+		var subdirs, files []string
 		for _, e := range ents {
 			if e.IsDir() {
 				subdirs = append(subdirs, e.Name())
 			} else {
-				files <- e.Name()
+				files = append(files, e.Name())
 			}
 		}
-		close(files)
-		wg.Wait()
-		select {
-		case err := <-errc:
+		if err := unlinkAll(ctx, fd, files); err != nil {
 			return err
-		default:
 		}
 		for _, d := range subdirs {
 			if err := removeAt(ctx, fd, d); err != nil {
@@ -190,4 +169,39 @@ func emptyDir(ctx context.Context, fd int, name string) error {
 			}
 		}
 	}
+}
+
+// unlinkAll removes names from the directory open as fd, split into up to
+// removeParallelism contiguous chunks removed concurrently.
+func unlinkAll(ctx context.Context, fd int, names []string) error {
+	workers := min(removeParallelism, (len(names)+63)/64)
+	if workers <= 1 {
+		for _, n := range names {
+			if err := removeAt(ctx, fd, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errc := make(chan error, workers)
+	per := (len(names) + workers - 1) / workers
+	for w := 0; w < workers; w++ {
+		chunk := names[min(w*per, len(names)):min((w+1)*per, len(names))]
+		go func() {
+			for _, n := range chunk {
+				if err := removeAt(ctx, fd, n); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var first error
+	for w := 0; w < workers; w++ {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
