@@ -45,7 +45,7 @@ fuzz:
 ## test-nfs: the lab tests, each test binary in its own qemu guest with a kernel NFS server.
 test-nfs: lab-image
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(GO) test -count=1 -timeout 20m -exec $(LAB) -v $(LAB_PKGS) 2>&1 | tee /tmp/nfsdir-lab.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'; exit $${PIPESTATUS[0]}
+	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(GO) test -count=1 -timeout 20m -exec $(LAB) -v $(LAB_PKGS) 2>&1 | tee /tmp/nfsdir-lab.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'; exit $${PIPESTATUS[0]}
 
 lab-image:
 	@tests/nfsvm/build-image.sh >/dev/null

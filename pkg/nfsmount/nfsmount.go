@@ -205,19 +205,27 @@ func (s *System) Targets(source string) ([]string, error) {
 // probe is one statfs in flight; later callers for the same path wait for
 // it instead of starting another that could block as well.
 type probe struct {
-	done  chan struct{}
-	usage Usage
-	err   error
+	done    chan struct{}
+	started time.Time
+	usage   Usage
+	err     error
 }
+
+// stuckAfter is how long a statfs may wait in the kernel before later
+// callers stop waiting for it and are told at once that the server does not
+// answer.
+const stuckAfter = 5 * time.Second
 
 // Probe runs statfs on path. At most one statfs per path is in flight: when
 // the server is dead, at most one goroutine per path waits in the kernel, no
-// matter how often the caller retries.
+// matter how often the caller retries; and once it has waited stuckAfter,
+// further calls return at once with an error wrapping
+// context.DeadlineExceeded.
 func (s *System) Probe(ctx context.Context, path string) (Usage, error) {
 	s.mu.Lock()
 	p, ok := s.probes[path]
 	if !ok {
-		p = &probe{done: make(chan struct{})}
+		p = &probe{done: make(chan struct{}), started: time.Now()}
 		s.probes[path] = p
 		go func() {
 			p.usage, p.err = statfs(path)
@@ -228,6 +236,14 @@ func (s *System) Probe(ctx context.Context, path string) (Usage, error) {
 		}()
 	}
 	s.mu.Unlock()
+	if waited := time.Since(p.started); ok && waited > stuckAfter {
+		select {
+		case <-p.done:
+			return p.usage, p.err
+		default:
+			return Usage{}, fmt.Errorf("statfs %s: no answer for %s: %w", path, waited.Round(time.Second), context.DeadlineExceeded)
+		}
+	}
 	select {
 	case <-p.done:
 		return p.usage, p.err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
 )
@@ -24,7 +23,7 @@ type Area struct {
 func OpenArea(root *os.Root) (*Area, error) {
 	for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir} {
 		if _, err := mkdirOnce(root, d, 0o700); err != nil {
-			return nil, fault.Wrap(fault.KindOf(err), err, "metadata area")
+			return nil, onShare(err, "create nfsdir's metadata area %s", d)
 		}
 	}
 	volumes, err := root.OpenRoot(volumesDir)

@@ -147,7 +147,7 @@ func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 		p := parents[i]
 		created, err := mkdirOnce(root, p, 0o755)
 		if err != nil {
-			return err
+			return onShare(err, "create parent %q", p)
 		}
 		if created {
 			if err := root.WriteFile(parentMarker(p), []byte(p+"\n"), 0o600); err != nil {
@@ -167,24 +167,50 @@ func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 		}
 		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and %s; choose another subDir or move it away", rec.SubDir, why)
 	case errors.Is(err, fs.ErrExist):
-		_, err = mkdirOnce(root, rec.SubDir, perm.Perm()) // checks it is a real directory
-		return err
+		// A retry: the directory is ours; finish what a crash may have cut.
+		if _, err := mkdirOnce(root, rec.SubDir, perm.Perm()); err != nil { // checks it is a real directory
+			return err
+		}
+		return setOwnerAndMode(root, rec)
 	case err != nil:
-		return fault.Wrap(fault.KindOf(err), err, "create %q", rec.SubDir)
+		return onShare(err, "create %q", rec.SubDir)
 	}
+	if err := setOwnerAndMode(root, rec); err != nil {
+		// Never leave a half-made volume: the directory is new and empty.
+		_ = root.Remove(rec.SubDir)
+		return err
+	}
+	return nil
+}
+
+// setOwnerAndMode applies the record's owner and, when mkdir could not
+// have set it exactly, its mode.
+func setOwnerAndMode(root *os.Root, rec *Record) error {
 	owned := rec.UID >= 0 || rec.GID >= 0
 	if owned {
 		if err := root.Lchown(rec.SubDir, rec.UID, rec.GID); err != nil {
-			return fault.Wrap(fault.PermissionDenied, err, "set owner %d:%d of %q (is the export root-squashed?)", rec.UID, rec.GID, rec.SubDir)
+			return onShare(err, "set owner %d:%d of %q", rec.UID, rec.GID, rec.SubDir)
 		}
 	}
 	// Chmod after chown: chown clears the setgid bit.
 	if owned || rec.Mode&^0o777 != 0 || rec.Mode&processUmask() != 0 {
-		if err := root.Chmod(rec.SubDir, perm); err != nil {
-			return fault.Wrap(fault.PermissionDenied, err, "set mode %04o of %q", rec.Mode, rec.SubDir)
+		if err := root.Chmod(rec.SubDir, modeBits(rec.Mode)); err != nil {
+			return onShare(err, "set mode %04o of %q", rec.Mode, rec.SubDir)
 		}
 	}
 	return nil
+}
+
+// squashHint explains the usual cause of EPERM/EACCES on an NFS share.
+const squashHint = "; the NFS server refused it, most likely because the export squashes root (root_squash or all_squash in /etc/exports): use an export with no_root_squash for nfsdir's share, or make the share root writable by the squashed user"
+
+// onShare wraps an error of a filesystem operation on the share, keeping
+// its kind and explaining permission errors.
+func onShare(err error, format string, args ...any) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fault.Wrap(fault.PermissionDenied, err, "%s", fmt.Sprintf(format, args...)+squashHint)
+	}
+	return fault.Wrap(fault.KindOf(err), err, format, args...)
 }
 
 // processUmask returns the process umask, read once at the first volume

@@ -103,7 +103,7 @@ func writeRecordExclusive(volumes *os.Root, key string, r *Record) error {
 		if errors.As(err, &le) {
 			err = le.Err
 		}
-		return fmt.Errorf("write volume record %s: %w", recordPath(key), err)
+		return onShare(err, "write volume record %s", recordPath(key))
 	}
 	return nil
 }

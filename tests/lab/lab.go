@@ -5,14 +5,17 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/csiserver"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
@@ -121,4 +124,120 @@ func StartNFSServer(t testing.TB) {
 // as after a server that lost its filesystem or re-exported another one.
 func ReplaceExport(t testing.TB) {
 	Sh(t, "exportfs -ua && umount -l "+Export()+" && mount -t tmpfs -o size=1g,mode=0755 export "+Export()+" && exportfs -ra")
+}
+
+// Process is an nfsdir binary started by a test.
+type Process struct {
+	Cmd      *exec.Cmd
+	Endpoint string
+	StateDir string
+	Log      string // path of its log file
+}
+
+// StartBinary starts the nfsdir binary from PATH in mode all with the given
+// state directory (a new one when empty) and extra flags, and waits until
+// its Probe answers ready. It is killed when the test ends.
+func StartBinary(t testing.TB, stateDir string, extra ...string) *Process {
+	t.Helper()
+	bin, err := exec.LookPath("nfsdir")
+	if err != nil {
+		t.Fatalf("the lab must carry the nfsdir binary (make test-nfs puts it on PATH): %v", err)
+	}
+	dir := t.TempDir()
+	if stateDir == "" {
+		stateDir = filepath.Join(dir, "state")
+	}
+	p := &Process{Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), StateDir: stateDir, Log: filepath.Join(dir, "nfsdir.log")}
+	logf, err := os.Create(p.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--mode=all", "--node-id=lab-node", "--endpoint=" + p.Endpoint, "--state-dir=" + stateDir, "-v=2"}, extra...)
+	p.Cmd = exec.Command(bin, args...)
+	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop()
+		logf.Close()
+		DetachBelow(dir) // mounts a killed process left behind
+	})
+	c := Connect(t, p.Endpoint)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := c.Identity.Probe(context.Background(), &csi.ProbeRequest{})
+		if err == nil && r.GetReady().GetValue() {
+			return p
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(p.Log)
+			t.Fatalf("nfsdir not ready after 30s: %v\n%s", err, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill kills the process with SIGKILL, as a crash would, and reaps it.
+func (p *Process) Kill() {
+	if p.Cmd.ProcessState == nil {
+		p.Cmd.Process.Kill()
+		p.Cmd.Wait()
+	}
+}
+
+// Stop stops the process with SIGTERM (it unmounts its shares), or SIGKILL
+// after 30 s, and reaps it.
+func (p *Process) Stop() {
+	if p.Cmd.ProcessState != nil {
+		return
+	}
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		p.Cmd.Process.Kill()
+		<-done
+	}
+}
+
+// DetachBelow lazily unmounts every mount point below dir.
+func DetachBelow(dir string) {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		f := strings.Fields(lines[i])
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			syscall.Unmount(f[4], syscall.MNT_DETACH)
+		}
+	}
+}
+
+// Status returns a field of /proc/<pid>/status in kB or as a count
+// (VmHWM, VmRSS, Threads).
+func (p *Process) Status(field string) int64 {
+	return procStatus(fmt.Sprint(p.Cmd.Process.Pid), field)
+}
+
+// SelfStatus returns a field of this process's /proc/self/status.
+func SelfStatus(field string) int64 { return procStatus("self", field) }
+
+func procStatus(pid, field string) int64 {
+	b, _ := os.ReadFile("/proc/" + pid + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var n int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &n)
+			return n
+		}
+	}
+	return -1
+}
+
+// OpenFDs counts the open file descriptors of pid ("self" for this process).
+func OpenFDs(pid string) int {
+	ents, _ := os.ReadDir("/proc/" + pid + "/fd")
+	return len(ents)
 }

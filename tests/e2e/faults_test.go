@@ -1,0 +1,257 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/tests/lab"
+)
+
+// resources is a snapshot of this process's goroutines, OS threads and
+// open file descriptors (the driver runs in-process).
+type resources struct{ goroutines, threads, fds int }
+
+func snapshot() resources {
+	return resources{runtime.NumGoroutine(), int(lab.SelfStatus("Threads")), lab.OpenFDs("self")}
+}
+
+// TestDeadServerWithMountedVolumes: with the server gone, 100 rounds of
+// NodeGetVolumeStats and NodeUnpublishVolume on dead mounts each return
+// within a bound, Probe keeps answering, goroutines, threads and fds stay
+// flat, and the mounts are gone once unpublish succeeds.
+func TestDeadServerWithMountedVolumes(t *testing.T) {
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.1")
+	base := t.TempDir()
+	var vols []*csi.Volume
+	var targets []string
+	for i := 0; i < 3; i++ {
+		v := c.Create(t, fmt.Sprintf("pvc-deadmnt-%d", i), params(), vc)
+		target := filepath.Join(base, fmt.Sprint(i))
+		c.Publish(t, v, target, vc, false)
+		vols, targets = append(vols, v), append(targets, target)
+	}
+	lab.StopNFSServer(t)
+	defer lab.StartNFSServer(t)
+
+	call := func(what string, bound time.Duration, f func(ctx context.Context) error) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
+		defer cancel()
+		start := time.Now()
+		err := f(ctx)
+		took := time.Since(start)
+		if took > bound {
+			t.Errorf("%s took %s (bound %s)", what, took, bound)
+		}
+		return took, err
+	}
+	var first, slowest time.Duration
+	var warm resources
+	for round := 0; round < 100; round++ {
+		for i, v := range vols {
+			took, err := call("NodeGetVolumeStats", 12*time.Second, func(ctx context.Context) error {
+				_, err := c.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.VolumeId, VolumePath: targets[i]})
+				return err
+			})
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("round %d: stats on a dead mount: %v", round, err)
+			}
+			if round == 0 && took > first {
+				first = took
+			} else if round > 0 && took > slowest {
+				slowest = took
+			}
+		}
+		if _, err := call("Probe", 2*time.Second, func(ctx context.Context) error {
+			r, err := c.Identity.Probe(ctx, &csi.ProbeRequest{})
+			if err == nil && !r.GetReady().GetValue() {
+				err = fmt.Errorf("not ready")
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("Probe during the outage: %v", err)
+		}
+		if round == 1 {
+			warm = snapshot()
+		}
+	}
+	afterStats := snapshot()
+	t.Logf("stats on dead mounts: first round up to %s, later rounds up to %s; goroutines/threads/fds after round 1 %+v, after 100 %+v",
+		first.Round(time.Millisecond), slowest.Round(time.Millisecond), warm, afterStats)
+
+	var unpubSlowest time.Duration
+	for round := 0; round < 100; round++ {
+		for i, v := range vols {
+			took, err := call("NodeUnpublishVolume", 15*time.Second, func(ctx context.Context) error {
+				_, err := c.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: targets[i]})
+				return err
+			})
+			if err != nil {
+				t.Fatalf("round %d: unpublish of a dead mount: %v", round, err)
+			}
+			unpubSlowest = max(unpubSlowest, took)
+		}
+	}
+	for _, target := range targets {
+		if lab.MountInfo(t, target) != "" || exists(target) {
+			t.Errorf("%s still mounted or present after unpublish", target)
+		}
+	}
+	end := snapshot()
+	t.Logf("unpublish of dead mounts: slowest %s; resources at the end %+v", unpubSlowest.Round(time.Millisecond), end)
+	// Stuck statfs calls hold one goroutine (and thread) per path until the
+	// server returns; retries must not add any.
+	const slack = 4
+	if end.goroutines > warm.goroutines+slack || end.threads > warm.threads+slack || end.fds > warm.fds+slack ||
+		afterStats.goroutines > warm.goroutines+slack {
+		t.Errorf("resources grew with retries: after round 1 %+v, after stats %+v, at the end %+v", warm, afterStats, end)
+	}
+}
+
+// TestRetryStorms: 200 concurrent CreateVolume calls for 50 names, and
+// concurrent publish/unpublish of the same targets, against the nfsdir
+// binary: every answer is success or Aborted, no name gets two directories,
+// no target is mounted twice, and the driver stays under 64 MiB RSS.
+func TestRetryStorms(t *testing.T) {
+	lab.Require(t)
+	p := lab.StartBinary(t, "")
+	c := lab.Connect(t, p.Endpoint)
+	vc := lab.RWX("nfsvers=4.2")
+	type answer struct {
+		name, id string
+		err      error
+	}
+	create := func(name string) (*csi.CreateVolumeResponse, error) {
+		return c.Controller.CreateVolume(lab.Ctx(t, 2*time.Minute), &csi.CreateVolumeRequest{Name: name,
+			Parameters: params(), VolumeCapabilities: []*csi.VolumeCapability{vc}})
+	}
+	answers := make(chan answer, 200)
+	var wg sync.WaitGroup
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			name := fmt.Sprintf("pvc-storm-%02d", i%50)
+			r, err := create(name)
+			answers <- answer{name, r.GetVolume().GetVolumeId(), err}
+		}(i)
+	}
+	wg.Wait()
+	close(answers)
+	ids := map[string]string{}
+	var ok, aborted int
+	for a := range answers {
+		switch status.Code(a.err) {
+		case codes.OK:
+			ok++
+			if prev, seen := ids[a.name]; seen && prev != a.id {
+				t.Errorf("%s answered with two IDs: %s and %s", a.name, prev, a.id)
+			}
+			ids[a.name] = a.id
+		case codes.Aborted:
+			aborted++
+		default:
+			t.Errorf("%s: %v", a.name, a.err)
+		}
+	}
+	// Retry the aborted ones, as a provisioner would, until all 50 exist.
+	for i := 0; i < 50; i++ {
+		name := fmt.Sprintf("pvc-storm-%02d", i)
+		r, err := create(name)
+		if err != nil {
+			t.Fatalf("retry of %s: %v", name, err)
+		}
+		if prev, seen := ids[name]; seen && prev != r.GetVolume().GetVolumeId() {
+			t.Errorf("%s: retry returned another ID", name)
+		}
+		ids[name] = r.GetVolume().GetVolumeId()
+	}
+	dirs, _ := filepath.Glob(onExport("pvc-storm-*"))
+	recs := 0
+	for _, name := range recordNames(t) {
+		if strings.HasPrefix(name, "pvc-storm-") {
+			recs++
+		}
+	}
+	if len(dirs) != 50 || recs != 50 {
+		t.Errorf("%d directories and %d records for 50 names", len(dirs), recs)
+	}
+	t.Logf("create storm: %d OK, %d Aborted", ok, aborted)
+
+	// Publish storm: 8 targets, 160 concurrent publish/unpublish calls.
+	base := t.TempDir()
+	vol := &csi.Volume{VolumeId: ids["pvc-storm-00"], VolumeContext: map[string]string{"server": lab.Server(), "share": lab.Export(), "subDir": "pvc-storm-00"}}
+	var pubOK, pubAborted int
+	var mu sync.Mutex
+	for i := 0; i < 160; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			target := filepath.Join(base, fmt.Sprint(i%8))
+			var err error
+			if i%3 == 2 {
+				_, err = c.Node.NodeUnpublishVolume(lab.Ctx(t, time.Minute), &csi.NodeUnpublishVolumeRequest{VolumeId: vol.VolumeId, TargetPath: target})
+			} else {
+				err = c.TryPublish(lab.Ctx(t, time.Minute), vol, target, vc, false)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch status.Code(err) {
+			case codes.OK:
+				pubOK++
+			case codes.Aborted:
+				pubAborted++
+			default:
+				t.Errorf("publish storm on %s: %v", target, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for i := 0; i < 8; i++ {
+		target := filepath.Join(base, fmt.Sprint(i))
+		if n := strings.Count(string(mi), " "+target+" "); n > 1 {
+			t.Errorf("%s mounted %d times", target, n)
+		}
+		c.Unpublish(t, vol, target)
+	}
+	hwm := p.Status("VmHWM")
+	t.Logf("publish storm: %d OK, %d Aborted; driver peak RSS %d KiB", pubOK, pubAborted, hwm)
+	if hwm <= 0 || hwm > 64*1024 {
+		t.Errorf("driver peak RSS %d KiB, want under 64 MiB", hwm)
+	}
+}
+
+// recordNames returns the volume names of all records on the export.
+func recordNames(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir(onExport(".nfsdir/volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		target, err := os.Readlink(onExport(".nfsdir/volumes/" + e.Name()))
+		if err != nil {
+			t.Fatalf("record %s is not a symlink: %v", e.Name(), err)
+		}
+		var r struct{ Name string }
+		if err := json.Unmarshal([]byte(target), &r); err != nil {
+			t.Fatalf("record %s: %v", e.Name(), err)
+		}
+		names = append(names, r.Name)
+	}
+	return names
+}
