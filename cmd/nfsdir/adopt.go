@@ -90,7 +90,7 @@ func runAdopt(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	area, err := provision.OpenArea(share.Root())
+	area, err := provision.OpenArea(share.Root(), true)
 	if err != nil {
 		return err
 	}

@@ -46,8 +46,10 @@ type openArea struct {
 }
 
 // area returns the mounted share and its provisioning Area, opening the Area
-// (and resuming the share's purges) when the share was (re)mounted.
-func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.Options) (*provision.Area, *sharemount.Share, error) {
+// (and resuming the share's purges) when the share was (re)mounted. Without
+// create, a share with no metadata area gives provision.ErrNoArea and is
+// left untouched.
+func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.Options, create bool) (*provision.Area, *sharemount.Share, error) {
 	share, err := s.shares.Get(ctx, e, opts)
 	if err != nil {
 		return nil, nil, err
@@ -61,9 +63,9 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 		oa.area.Close()
 		delete(s.areas, share.Path)
 	}
-	a, err := provision.OpenArea(share.Root())
+	a, err := provision.OpenArea(share.Root(), create)
 	if err != nil {
-		return nil, nil, err
+		return nil, share, err
 	}
 	if s.areas == nil {
 		s.areas = map[string]*openArea{}
@@ -77,9 +79,9 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 // stale handle (the server restarted or re-exported), it drops the cached
 // Area, has the share's health checked, which mounts it again if the mount
 // itself is stale, and runs fn once more.
-func (s *Controller) onArea(ctx context.Context, e export.Export, opts mountopts.Options, fn func(*provision.Area, *sharemount.Share) error) error {
+func (s *Controller) onArea(ctx context.Context, e export.Export, opts mountopts.Options, create bool, fn func(*provision.Area, *sharemount.Share) error) error {
 	for attempt := 0; ; attempt++ {
-		a, share, err := s.area(ctx, e, opts)
+		a, share, err := s.area(ctx, e, opts, create)
 		if err == nil {
 			err = fn(a, share)
 		}
@@ -110,7 +112,7 @@ func (s *Controller) resume() {
 	exps, opts := s.shares.Known()
 	for i, e := range exps {
 		ctx, cancel := context.WithTimeout(s.bg, 2*time.Minute)
-		if _, _, err := s.area(ctx, e, opts[i]); err != nil {
+		if _, _, err := s.area(ctx, e, opts[i], false); err != nil && !errors.Is(err, provision.ErrNoArea) {
 			klog.Warningf("resuming work on %s: %v", e, err)
 		}
 		cancel()
@@ -186,7 +188,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 
 	var rec *provision.Record
 	var shareOpts mountopts.Options
-	err = s.onArea(ctx, cp.Export, opts, func(a *provision.Area, share *sharemount.Share) (err error) {
+	err = s.onArea(ctx, cp.Export, opts, true, func(a *provision.Area, share *sharemount.Share) (err error) {
 		shareOpts = share.Options
 		rec, err = a.Create(ctx, preq)
 		return err
@@ -243,7 +245,7 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		s.purger.Kick(s.bg, share.Path, a)
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, provision.ErrNoArea) {
 		return nil, toStatus(err)
 	}
 	return &csi.DeleteVolumeResponse{}, nil
@@ -289,7 +291,7 @@ func (s *Controller) onVolumeArea(ctx context.Context, id volumeid.ID, fn func(*
 	if err != nil {
 		return err
 	}
-	return s.onArea(ctx, id.Export, opts, fn)
+	return s.onArea(ctx, id.Export, opts, false, fn)
 }
 
 // ValidateVolumeCapabilities confirms filesystem access of any mode.
@@ -340,7 +342,7 @@ func (s *Controller) exists(ctx context.Context, raw string) error {
 		rec, err = a.Lookup(id)
 		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, provision.ErrNoArea) {
 		return err
 	}
 	if rec == nil {

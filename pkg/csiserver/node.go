@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -317,12 +318,13 @@ func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, e
 	if err := checkIDAndPath(volumeID, "volume path", p); err != nil {
 		return nfsmount.Usage{}, err
 	}
-	cur, err := s.mounter.Mounted(filepath.Clean(p))
+	p = filepath.Clean(p)
+	cur, err := s.mounter.Mounted(p)
 	if err != nil {
 		return nfsmount.Usage{}, err
 	}
-	if cur == nil {
-		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %s is not a mounted volume", p)
+	if cur == nil || !strings.HasPrefix(cur.FsType, "nfs") {
+		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %s is not a mounted NFS volume", p)
 	}
 	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 	"github.com/nfsdir/nfsdir/pkg/subdir"
 )
 
@@ -153,7 +154,7 @@ func ParseVolume(attrs map[string]string) (Volume, error) {
 		if subdir.IsTemplate(v.SubDir) {
 			return Volume{}, fmt.Errorf("volume attribute \"subDir\" %q holds a template; templates are expanded only by CreateVolume", v.SubDir)
 		}
-		if err := checkNodeSubDir(v.SubDir); err != nil {
+		if err := safepath.CheckStaticPath(v.SubDir); err != nil {
 			return Volume{}, fmt.Errorf("volume attribute \"subDir\" %v", err)
 		}
 	}
@@ -161,22 +162,6 @@ func ParseVolume(attrs map[string]string) (Volume, error) {
 		return Volume{}, fmt.Errorf("volume attribute \"mountOptions\": %v", err)
 	}
 	return v, nil
-}
-
-// checkNodeSubDir applies the volume path rules except the metadata-area
-// rule, which only matters for directories the controller manages.
-func checkNodeSubDir(s string) error {
-	for _, seg := range strings.Split(s, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("%q must be a clean relative path without \".\" or \"..\" segments", s)
-		}
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%q contains a control character", s)
-		}
-	}
-	return nil
 }
 
 // lower returns p with lower-case keys, failing on a key not in known

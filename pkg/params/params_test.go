@@ -65,11 +65,11 @@ func TestParseVolume(t *testing.T) {
 		t.Errorf("static root = %+v, %v", root, err)
 	}
 	for want, m := range map[string]map[string]string{
-		"clean relative": {"server": "s", "share": "/e", "subDir": "a/../../b"},
-		"template":       {"server": "s", "share": "/e", "subDir": "${pv.metadata.name}"},
-		"unknown":        {"server": "s", "share": "/e", "foo": "1"},
-		"mountOptions":   {"server": "s", "share": "/e", "mountOptions": "a b"},
-		"required":       {"share": "/e"},
+		`".." segments`: {"server": "s", "share": "/e", "subDir": "a/../../b"},
+		"template":      {"server": "s", "share": "/e", "subDir": "${pv.metadata.name}"},
+		"unknown":       {"server": "s", "share": "/e", "foo": "1"},
+		"mountOptions":  {"server": "s", "share": "/e", "mountOptions": "a b"},
+		"required":      {"share": "/e"},
 	} {
 		if _, err := ParseVolume(m); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseVolume(%v) = %v, want %q", m, err, want)

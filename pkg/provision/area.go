@@ -3,6 +3,7 @@ package provision
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
@@ -18,15 +19,26 @@ type Area struct {
 	volumes *os.Root
 }
 
-// OpenArea creates the metadata area below root when missing and opens it.
-// root stays owned by the caller and must outlive the Area.
-func OpenArea(root *os.Root) (*Area, error) {
-	for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir} {
-		if _, err := mkdirOnce(root, d, 0o700); err != nil {
-			return nil, onShare(err, "create nfsdir's metadata area %s", d)
+// ErrNoArea is returned by OpenArea without create when the share has no
+// metadata area: nfsdir never created a volume there.
+var ErrNoArea = errors.New("the share has no nfsdir metadata area")
+
+// OpenArea opens the metadata area below root, creating it when missing if
+// create is set; otherwise a missing area is ErrNoArea, and nothing is
+// written to the share. root stays owned by the caller and must outlive
+// the Area.
+func OpenArea(root *os.Root, create bool) (*Area, error) {
+	if create {
+		for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir} {
+			if _, err := mkdirOnce(root, d, 0o700); err != nil {
+				return nil, onShare(err, "create nfsdir's metadata area %s", d)
+			}
 		}
 	}
 	volumes, err := root.OpenRoot(volumesDir)
+	if errors.Is(err, fs.ErrNotExist) && !create {
+		return nil, ErrNoArea
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", volumesDir, err)
 	}

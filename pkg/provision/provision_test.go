@@ -19,7 +19,7 @@ func newShare(t *testing.T) (string, *Area) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := OpenArea(root)
+	a, err := OpenArea(root, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,25 @@ func CheckVolumePath(p string) error {
 	return nil
 }
 
+// CheckStaticPath returns nil when p is acceptable as the directory of a
+// volume nfsdir did not create (a static or csi-driver-nfs volume), which is
+// only ever mounted: "" (the share itself) or a clean relative path without
+// "." or ".." segments.
+func CheckStaticPath(p string) error {
+	if p == "" {
+		return nil
+	}
+	if strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%q must be relative to the share", p)
+	}
+	for _, s := range strings.Split(p, "/") {
+		if err := checkSegment(s); err != nil {
+			return fmt.Errorf("%q: %v", p, err)
+		}
+	}
+	return nil
+}
+
 func checkSegment(s string) error {
 	switch {
 	case s == "":

@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 )
 
 // MaxLen is the CSI limit on a volume ID, in bytes.
@@ -241,6 +242,9 @@ func ParseLegacy(s string) (Legacy, error) {
 		return Legacy{}, fmt.Errorf("csi-driver-nfs volume ID %q: %v", truncate(s), err)
 	}
 	l := Legacy{Export: e, SubDir: strings.Trim(f[2], "/")}
+	if err := safepath.CheckStaticPath(l.SubDir); err != nil {
+		return Legacy{}, fmt.Errorf("csi-driver-nfs volume ID %q: subDir %v", truncate(s), err)
+	}
 	if len(f) > 3 {
 		l.UUID = f[3]
 	}

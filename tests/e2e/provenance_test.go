@@ -121,7 +121,7 @@ func TestForeignDirectoryNamedByCraftedIDs(t *testing.T) {
 	if b, err := os.ReadFile(onExport("foreign/inner/data")); err != nil || string(b) != "precious" {
 		t.Fatalf("foreign data touched: %q %v", b, err)
 	}
-	if ents, _ := filepath.Glob(onExport("archived-*")); len(ents) > 0 {
+	if ents, _ := filepath.Glob(onExport("archived-foreign*")); len(ents) > 0 {
 		t.Errorf("archived something: %v", ents)
 	}
 	// The legacy directory gone: deleting its ID is an idempotent success.
