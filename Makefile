@@ -36,16 +36,20 @@ fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-		$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) >/tmp/nfsdir-fuzz.log 2>&1 || { cat /tmp/nfsdir-fuzz.log; exit 1; }; \
+		log=$$(mktemp); \
+		$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) >$$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; \
+		grep -o 'elapsed: [^,]*, execs: [0-9]*' $$log | tail -n 1; rm -f $$log; \
 	done
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=2m
 
 ## test-nfs: the lab tests, each test binary in its own qemu guest with a kernel NFS server.
+## One scenario alone: make test-nfs RUN=TestDeadServer (a -run pattern).
+RUN ?= .
 test-nfs: lab-image
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(GO) test -count=1 -timeout 20m -exec $(LAB) -v $(LAB_PKGS) 2>&1 | tee /tmp/nfsdir-lab.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'; exit $${PIPESTATUS[0]}
+	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(GO) test -count=1 -timeout 20m -run '$(RUN)' -exec $(LAB) -v $(LAB_PKGS) 2>&1 | tee bin/lab-test.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'; exit $${PIPESTATUS[0]}
 
 lab-image:
 	@tests/nfsvm/build-image.sh >/dev/null

@@ -163,16 +163,35 @@ func StartBinary(t testing.TB, stateDir string, extra ...string) *Process {
 		logf.Close()
 		DetachBelow(dir) // mounts a killed process left behind
 	})
+	if err := p.waitReady(t); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Restart starts the binary again with the same arguments (after a Kill)
+// and waits until it is ready. It may be called from any goroutine.
+func (p *Process) Restart(t testing.TB) error {
+	old := p.Cmd
+	p.Cmd = exec.Command(old.Path, old.Args[1:]...)
+	p.Cmd.Stdout, p.Cmd.Stderr = old.Stdout, old.Stderr
+	if err := p.Cmd.Start(); err != nil {
+		return err
+	}
+	return p.waitReady(t)
+}
+
+func (p *Process) waitReady(t testing.TB) error {
 	c := Connect(t, p.Endpoint)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, err := c.Identity.Probe(context.Background(), &csi.ProbeRequest{})
 		if err == nil && r.GetReady().GetValue() {
-			return p
+			return nil
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(p.Log)
-			t.Fatalf("nfsdir not ready after 30s: %v\n%s", err, b)
+			return fmt.Errorf("nfsdir not ready after 30s: %v\n%s", err, b)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
