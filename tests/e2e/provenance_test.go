@@ -188,7 +188,8 @@ func TestSharedSubDirOptIn(t *testing.T) {
 }
 
 // TestLegacyVolumePublishes: a csi-driver-nfs volume handle publishes with
-// or without attributes, and is never deleted.
+// or without attributes (static PV), as does an inline ephemeral volume's
+// attributes with kubelet's pod-info keys, and is never deleted.
 func TestLegacyVolumePublishes(t *testing.T) {
 	c := start(t, nil)
 	os.MkdirAll(onExport("legacy-pvc"), 0o777)
@@ -196,7 +197,9 @@ func TestLegacyVolumePublishes(t *testing.T) {
 	id := lab.Server() + "#" + strings.TrimPrefix(lab.Export(), "/") + "#legacy-pvc#legacy-pvc#"
 	vc := lab.RWX("nfsvers=4.1")
 	base := t.TempDir()
-	for i, ctx := range []map[string]string{nil, {"server": lab.Server(), "share": lab.Export(), "subDir": "legacy-pvc"}} {
+	inline := map[string]string{"server": lab.Server(), "share": lab.Export(), "subDir": "legacy-pvc", "mountOptions": "nfsvers=4.1",
+		"csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "web-0", "csi.storage.k8s.io/pod.namespace": "team-a"}
+	for i, ctx := range []map[string]string{nil, {"server": lab.Server(), "share": lab.Export(), "subDir": "legacy-pvc"}, inline} {
 		target := filepath.Join(base, string(rune('a'+i)))
 		c.Publish(t, &csi.Volume{VolumeId: id, VolumeContext: ctx}, target, vc, false)
 		if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "old" {
