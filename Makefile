@@ -11,10 +11,17 @@ LAB_PKGS := ./tests/sanity/ ./tests/e2e/
 FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volumeid:FuzzParse \
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse
 FUZZTIME ?= 5s
+# Tools built from source (tests/tools pins the module versions).
+HELM_VERSION := v3.22.0
+HELM_K8S_MINOR := 35
+HELM := $(CURDIR)/bin/helm
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-image clean
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-image clean helm
 
 all: build
 
@@ -23,14 +30,19 @@ build:
 
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
 ## short fuzzing, then the real-NFS lab tests (csi-sanity and e2e in the qemu guest).
-test: check unit fuzz-short test-nfs
+test: check helm unit fuzz-short test-nfs
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -count=1 ./...
+	NFSDIR_HELM=$(HELM) $(GO) test -count=1 ./...
+
+## helm: build helm $(HELM_VERSION) from source (no prebuilt download).
+helm: $(HELM)
+$(HELM): tests/tools/go.mod tests/tools/go.sum Makefile
+	cd tests/tools && grep -q 'helm.sh/helm/v3 $(HELM_VERSION)' go.mod && $(GO) build -ldflags '$(HELM_LDFLAGS)' -o $(HELM) helm.sh/helm/v3/cmd/helm
 
 fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do \

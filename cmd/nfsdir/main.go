@@ -41,6 +41,10 @@ func main() {
 		fmt.Println("nfsdir", version.String())
 		return
 	}
+	if cfg.CheckOnly {
+		fmt.Printf("nfsdir: configuration is valid (%s services on %s)\n", cfg.Mode, cfg.Endpoint)
+		return
+	}
 	if err := run(cfg); err != nil {
 		klog.Errorf("nfsdir: %v", err)
 		klog.Flush()
@@ -62,6 +66,7 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.DurationVar(&cfg.MountTimeout, "mount-timeout", cfg.MountTimeout, "how long one NFS mount may take before it is killed")
 	fs.IntVar(&cfg.PurgeWorkers, "purge-workers", cfg.PurgeWorkers, "how many deleted volumes are purged at once")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.BoolVar(&cfg.CheckOnly, "check-config", false, "validate the flags and exit without serving")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)

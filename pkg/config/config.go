@@ -49,6 +49,8 @@ type Config struct {
 	MountTimeout    time.Duration
 	// PurgeWorkers bounds concurrent background purges of deleted volumes.
 	PurgeWorkers int
+	// CheckOnly asks main to validate the configuration and exit.
+	CheckOnly bool
 }
 
 // Default returns a Config with every default applied.

@@ -1,0 +1,31 @@
+{{/* Base name of every object of this release. */}}
+{{- define "nfsdir.fullname" -}}
+{{- printf "%s-nfsdir" .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "nfsdir.labels" -}}
+app.kubernetes.io/name: nfsdir
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component (controller or node). */}}
+{{- define "nfsdir.selector" -}}
+app.kubernetes.io/name: nfsdir
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* image reference: pass (dict "image" .Values.image.x "root" .) */}}
+{{- define "nfsdir.image" -}}
+{{- $tag := .image.tag | default .root.Chart.AppVersion -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+
+{{/* Directory on the node holding the driver's socket. */}}
+{{- define "nfsdir.pluginDir" -}}
+{{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletDir) .Values.driver.name -}}
+{{- end -}}

@@ -1,0 +1,374 @@
+// Package chart renders the Helm chart with several value sets and checks
+// every object: helm lint --strict, strict decoding into the real k8s.io/api
+// types (an unknown field fails), and the invariants an operator relies on.
+// It needs helm built from source (make helm; make test does it).
+package chart
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "../../charts/nfsdir"
+
+func helm(t *testing.T) string {
+	t.Helper()
+	if h := os.Getenv("NFSDIR_HELM"); h != "" {
+		return h
+	}
+	h, _ := filepath.Abs("../../bin/helm")
+	if _, err := os.Stat(h); err != nil {
+		t.Skip("helm is not built: run `make helm` (make test builds it and sets NFSDIR_HELM)")
+	}
+	return h
+}
+
+// valueSets are the configurations every check runs on.
+var valueSets = map[string][]string{
+	"default":      nil,
+	"snapshots":    {"feature.enableSnapshotter=true", "feature.enableResizer=true"},
+	"inline":       {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
+	"kubeletdir":   {"kubeletDir=/var/lib/k0s/kubelet/"},
+	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
+	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage"},
+}
+
+// rendered holds the decoded objects of one helm template run.
+type rendered struct {
+	csiDrivers  []storagev1.CSIDriver
+	classes     []storagev1.StorageClass
+	deployments []appsv1.Deployment
+	daemonSets  []appsv1.DaemonSet
+	accounts    []corev1.ServiceAccount
+	clusterRole []rbacv1.ClusterRole
+	crBindings  []rbacv1.ClusterRoleBinding
+	roles       []rbacv1.Role
+	roleBinds   []rbacv1.RoleBinding
+	names       map[string]int // "Kind/namespace/name" -> count
+}
+
+func strictDecode(t *testing.T, doc []byte, into any) {
+	t.Helper()
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		t.Fatalf("YAML: %v\n%s", err, doc)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		t.Fatalf("strict decode into %T: %v\n%s", into, err, doc)
+	}
+}
+
+func render(t *testing.T, release string, set []string) *rendered {
+	t.Helper()
+	args := []string{"template", release, chartDir, "--namespace", "kube-system"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := exec.Command(helm(t), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %v: %v\n%s", args, err, out)
+	}
+	r := &rendered{names: map[string]int{}}
+	for _, doc := range strings.Split(string(out), "\n---") {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct{ Name, Namespace string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("YAML: %v\n%s", err, doc)
+		}
+		if meta.Kind == "" {
+			continue // comments only
+		}
+		r.names[meta.Kind+"/"+meta.Metadata.Namespace+"/"+meta.Metadata.Name]++
+		d := []byte(doc)
+		switch meta.Kind {
+		case "CSIDriver":
+			r.csiDrivers = append(r.csiDrivers, storagev1.CSIDriver{})
+			strictDecode(t, d, &r.csiDrivers[len(r.csiDrivers)-1])
+		case "StorageClass":
+			r.classes = append(r.classes, storagev1.StorageClass{})
+			strictDecode(t, d, &r.classes[len(r.classes)-1])
+		case "Deployment":
+			r.deployments = append(r.deployments, appsv1.Deployment{})
+			strictDecode(t, d, &r.deployments[len(r.deployments)-1])
+		case "DaemonSet":
+			r.daemonSets = append(r.daemonSets, appsv1.DaemonSet{})
+			strictDecode(t, d, &r.daemonSets[len(r.daemonSets)-1])
+		case "ServiceAccount":
+			r.accounts = append(r.accounts, corev1.ServiceAccount{})
+			strictDecode(t, d, &r.accounts[len(r.accounts)-1])
+		case "ClusterRole":
+			r.clusterRole = append(r.clusterRole, rbacv1.ClusterRole{})
+			strictDecode(t, d, &r.clusterRole[len(r.clusterRole)-1])
+		case "ClusterRoleBinding":
+			r.crBindings = append(r.crBindings, rbacv1.ClusterRoleBinding{})
+			strictDecode(t, d, &r.crBindings[len(r.crBindings)-1])
+		case "Role":
+			r.roles = append(r.roles, rbacv1.Role{})
+			strictDecode(t, d, &r.roles[len(r.roles)-1])
+		case "RoleBinding":
+			r.roleBinds = append(r.roleBinds, rbacv1.RoleBinding{})
+			strictDecode(t, d, &r.roleBinds[len(r.roleBinds)-1])
+		default:
+			t.Errorf("unexpected kind %s", meta.Kind)
+		}
+	}
+	for n, c := range r.names {
+		if c > 1 {
+			t.Errorf("%s rendered %d times", n, c)
+		}
+	}
+	return r
+}
+
+func TestLintStrict(t *testing.T) {
+	for name, set := range valueSets {
+		args := []string{"lint", "--strict", chartDir}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		if out, err := exec.Command(helm(t), args...).CombinedOutput(); err != nil {
+			t.Errorf("%s: helm lint --strict: %v\n%s", name, err, out)
+		}
+	}
+}
+
+func TestSchemaRejectsTyposAndWrongTypes(t *testing.T) {
+	for _, set := range []string{"driver.nmae=x", "controller.replicas=many", "logLevel=loud", "kubeletDir=relative",
+		"driver.defaultOnDelete=shred", "feature.enableSnapshots=true", "storageClasses[0].name=x"} {
+		out, err := exec.Command(helm(t), "template", "r", chartDir, "--set", set).CombinedOutput()
+		if err == nil {
+			t.Errorf("--set %s was accepted", set)
+		} else if !strings.Contains(string(out), "schema") {
+			t.Errorf("--set %s failed without naming the schema: %s", set, out)
+		}
+	}
+}
+
+func container(t *testing.T, spec corev1.PodSpec, name string) *corev1.Container {
+	t.Helper()
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+func hasArg(c *corev1.Container, arg string) bool {
+	for _, a := range c.Args {
+		if a == arg || strings.HasPrefix(a, arg+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDriverArgs runs the nfsdir binary's own flag parser over the args the
+// chart gives it.
+func checkDriverArgs(t *testing.T, bin string, c *corev1.Container) {
+	t.Helper()
+	var args []string
+	for _, a := range c.Args {
+		args = append(args, strings.ReplaceAll(a, "$(NODE_ID)", "node-1"))
+	}
+	out, err := exec.Command(bin, append(args, "--check-config")...).CombinedOutput()
+	if err != nil {
+		t.Errorf("nfsdir rejects the chart's args %v: %v\n%s", args, err, out)
+	}
+}
+
+func buildDriver(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nfsdir")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nfsdir/nfsdir/cmd/nfsdir").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestInvariants(t *testing.T) {
+	bin := buildDriver(t)
+	for name, set := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			r := render(t, "rel", set)
+			values := strings.Join(set, ",")
+			kubelet := "/var/lib/kubelet"
+			if strings.Contains(values, "kubeletDir=/var/lib/k0s/kubelet") {
+				kubelet = "/var/lib/k0s/kubelet"
+			}
+			if len(r.csiDrivers) != 1 || len(r.deployments) != 1 || len(r.daemonSets) != 1 {
+				t.Fatalf("objects: %d CSIDriver, %d Deployment, %d DaemonSet", len(r.csiDrivers), len(r.deployments), len(r.daemonSets))
+			}
+			drv := r.csiDrivers[0]
+			if drv.Name != "nfsdir.csi.io" || drv.Spec.AttachRequired == nil || *drv.Spec.AttachRequired ||
+				drv.Spec.FSGroupPolicy == nil || *drv.Spec.FSGroupPolicy != storagev1.FileFSGroupPolicy ||
+				drv.Spec.RequiresRepublish == nil || *drv.Spec.RequiresRepublish {
+				t.Errorf("CSIDriver spec %+v", drv.Spec)
+			}
+			inline := strings.Contains(values, "enableInlineVolume=true")
+			if got := len(drv.Spec.VolumeLifecycleModes); (inline && got != 2) || (!inline && got != 1) {
+				t.Errorf("volumeLifecycleModes %v with inline=%v", drv.Spec.VolumeLifecycleModes, inline)
+			}
+			capacity := strings.Contains(values, "enableCapacityTracking=true")
+			if drv.Spec.StorageCapacity == nil || *drv.Spec.StorageCapacity != capacity {
+				t.Errorf("storageCapacity %v, capacity tracking %v", drv.Spec.StorageCapacity, capacity)
+			}
+
+			// Controller.
+			dep := r.deployments[0].Spec.Template.Spec
+			if dep.HostNetwork {
+				t.Error("controller uses the host network: two replicas on one node would collide")
+			}
+			for _, c := range dep.Containers {
+				for _, p := range c.Ports {
+					if p.HostPort != 0 {
+						t.Errorf("controller container %s has host port %d", c.Name, p.HostPort)
+					}
+				}
+			}
+			nfsdir := container(t, dep, "nfsdir")
+			prov := container(t, dep, "csi-provisioner")
+			if nfsdir == nil || prov == nil || container(t, dep, "liveness-probe") == nil {
+				t.Fatalf("controller containers: %+v", dep.Containers)
+			}
+			if !hasArg(nfsdir, "--mode") || nfsdir.Args[0] != "--mode=controller" || nfsdir.SecurityContext == nil || !*nfsdir.SecurityContext.Privileged {
+				t.Errorf("controller nfsdir container: %v", nfsdir.Args)
+			}
+			checkDriverArgs(t, bin, nfsdir)
+			for _, a := range []string{"--leader-election", "--extra-create-metadata", "--timeout", "--csi-address"} {
+				if !hasArg(prov, a) {
+					t.Errorf("csi-provisioner lacks %s: %v", a, prov.Args)
+				}
+			}
+			if hasArg(prov, "--enable-capacity") != capacity {
+				t.Errorf("csi-provisioner capacity args %v with capacity tracking %v", prov.Args, capacity)
+			}
+			snap := strings.Contains(values, "enableSnapshotter=true")
+			if (container(t, dep, "csi-snapshotter") != nil) != snap || (container(t, dep, "csi-resizer") != nil) != strings.Contains(values, "enableResizer=true") {
+				t.Error("snapshotter/resizer sidecars do not follow their switches")
+			}
+
+			// Node.
+			ds := r.daemonSets[0].Spec.Template.Spec
+			node := container(t, ds, "nfsdir")
+			reg := container(t, ds, "node-driver-registrar")
+			if node == nil || reg == nil || container(t, ds, "liveness-probe") == nil {
+				t.Fatalf("node containers: %+v", ds.Containers)
+			}
+			checkDriverArgs(t, bin, node)
+			if !ds.HostNetwork || len(ds.Tolerations) == 0 || ds.Tolerations[0].Operator != corev1.TolerationOpExists {
+				t.Errorf("node pod: hostNetwork %v, tolerations %+v", ds.HostNetwork, ds.Tolerations)
+			}
+			vols := map[string]*corev1.Volume{}
+			for i := range ds.Volumes {
+				vols[ds.Volumes[i].Name] = &ds.Volumes[i]
+			}
+			plugin := kubelet + "/plugins/nfsdir.csi.io"
+			if v := vols["socket-dir"]; v == nil || v.HostPath == nil || v.HostPath.Path != plugin {
+				t.Errorf("socket-dir %+v, want hostPath %s", v, plugin)
+			}
+			if !hasArg(reg, "--kubelet-registration-path") || !contains(reg.Args, "--kubelet-registration-path="+plugin+"/csi.sock") {
+				t.Errorf("registration path %v does not match the socket %s/csi.sock", reg.Args, plugin)
+			}
+			if v := vols["pods-mount-dir"]; v == nil || v.HostPath == nil || v.HostPath.Path != kubelet+"/pods" {
+				t.Errorf("pods-mount-dir %+v", v)
+			}
+			var bidir bool
+			for _, m := range node.VolumeMounts {
+				if m.Name == "pods-mount-dir" {
+					bidir = m.MountPath == kubelet+"/pods" && m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional
+				}
+			}
+			if !bidir {
+				t.Errorf("kubelet pods dir not mounted Bidirectional at %s/pods: %+v", kubelet, node.VolumeMounts)
+			}
+			if v := vols["registration-dir"]; v == nil || v.HostPath.Path != kubelet+"/plugins_registry" {
+				t.Errorf("registration-dir %+v", v)
+			}
+
+			// Every container: resources; the driver and registrar: probes.
+			for _, spec := range []corev1.PodSpec{dep, ds} {
+				for _, c := range spec.Containers {
+					if len(c.Resources.Requests) == 0 || len(c.Resources.Limits) == 0 {
+						t.Errorf("container %s has no resources", c.Name)
+					}
+					if (c.Name == "nfsdir" || c.Name == "node-driver-registrar") && c.LivenessProbe == nil {
+						t.Errorf("container %s has no liveness probe", c.Name)
+					}
+				}
+			}
+			// RBAC: the provisioner's verbs, and least privilege.
+			if len(r.clusterRole) != 1 || len(r.crBindings) != 1 || len(r.roles) != 1 || len(r.roleBinds) != 1 {
+				t.Fatalf("RBAC objects: %d %d %d %d", len(r.clusterRole), len(r.crBindings), len(r.roles), len(r.roleBinds))
+			}
+			want := map[string]string{"persistentvolumes": "get,list,watch,create,delete,patch", "persistentvolumeclaims": "get,list,watch,update"}
+			for _, rule := range r.clusterRole[0].Rules {
+				for _, res := range rule.Resources {
+					if w, ok := want[res]; ok && strings.Join(rule.Verbs, ",") != w {
+						t.Errorf("%s verbs %v, want %s", res, rule.Verbs, w)
+					}
+					if res == "secrets" || contains(rule.Verbs, "*") || contains(rule.Resources, "*") {
+						t.Errorf("over-broad rule %+v", rule)
+					}
+				}
+			}
+			if r.crBindings[0].Subjects[0].Name != r.deployments[0].Spec.Template.Spec.ServiceAccountName {
+				t.Error("ClusterRoleBinding does not bind the controller's service account")
+			}
+			if strings.Contains(values, "storageClasses") {
+				sc := r.classes[0]
+				if sc.Provisioner != drv.Name || sc.Parameters["server"] != "nfs.example.com" || sc.Annotations["storageclass.kubernetes.io/is-default-class"] != "true" {
+					t.Errorf("StorageClass %+v", sc)
+				}
+			}
+		})
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTwoReleasesSideBySide: two releases with different driver names and
+// node health ports share no cluster-scoped or namespaced name, socket path
+// or host port.
+func TestTwoReleasesSideBySide(t *testing.T) {
+	a := render(t, "alpha", []string{"driver.name=alpha.nfsdir.csi.io"})
+	b := render(t, "beta", []string{"driver.name=beta.nfsdir.csi.io", "node.healthPort=29663"})
+	for n := range a.names {
+		if b.names[n] > 0 {
+			t.Errorf("both releases render %s", n)
+		}
+	}
+	pa := a.daemonSets[0].Spec.Template.Spec.Volumes
+	pb := b.daemonSets[0].Spec.Template.Spec.Volumes
+	if fmt.Sprint(pa[0].HostPath.Path) == fmt.Sprint(pb[0].HostPath.Path) {
+		t.Errorf("both releases use socket directory %s", pa[0].HostPath.Path)
+	}
+	portA := container(t, a.daemonSets[0].Spec.Template.Spec, "liveness-probe").Args
+	portB := container(t, b.daemonSets[0].Spec.Template.Spec, "liveness-probe").Args
+	if strings.Join(portA, " ") == strings.Join(portB, " ") {
+		t.Errorf("both node pods serve health on the same host port: %v", portA)
+	}
+}
