@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-image clean helm
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-image clean helm manifests image push
 
 all: build
 
@@ -71,6 +71,19 @@ demo: lab-image
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
 	$(GO) build -o bin/demo ./tests/demo
 	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(LAB) bin/demo
+
+## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
+manifests: $(HELM)
+	{ echo "# Rendered from charts/nfsdir by 'make manifests'; do not edit."; \
+	  $(HELM) template nfsdir charts/nfsdir --namespace kube-system; } > deploy/nfsdir.yaml
+
+## image / push: multi-arch container image with docker buildx (needs a Docker engine).
+IMAGE ?= ghcr.io/nfsdir/nfsdir
+PLATFORMS ?= linux/amd64,linux/arm64
+image:
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION) .
+push:
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION) --push .
 
 clean:
 	rm -rf bin

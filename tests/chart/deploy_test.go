@@ -1,0 +1,162 @@
+package chart
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nfsdir/nfsdir/pkg/params"
+)
+
+// TestManifestsMatchChart fails when deploy/nfsdir.yaml drifts from the
+// chart: run `make manifests`.
+func TestManifestsMatchChart(t *testing.T) {
+	want, err := exec.Command(helm(t), "template", "nfsdir", chartDir, "--namespace", "kube-system").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../deploy/nfsdir.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := "# Rendered from charts/nfsdir by 'make manifests'; do not edit.\n"
+	if string(got) != header+string(want) {
+		t.Error("deploy/nfsdir.yaml differs from the chart's rendering: run `make manifests`")
+	}
+}
+
+// TestExamples decodes every example strictly and checks that the driver's
+// own parsers accept the StorageClass parameters and volume attributes.
+func TestExamples(t *testing.T) {
+	files, _ := filepath.Glob("../../deploy/example/*.yaml")
+	sort.Strings(files)
+	if len(files) < 6 {
+		t.Fatalf("examples: %v", files)
+	}
+	kinds := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			var meta struct{ Kind string }
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Kind == "" {
+				t.Fatalf("%s: %v", f, err)
+			}
+			kinds[meta.Kind]++
+			switch meta.Kind {
+			case "StorageClass":
+				var sc storagev1.StorageClass
+				strictDecode(t, []byte(doc), &sc)
+				p := map[string]string{params.KeyPVName: "pvc-1", params.KeyPVCName: "data", params.KeyPVCNamespace: "default"}
+				for k, v := range sc.Parameters {
+					p[k] = v
+				}
+				if _, err := params.ParseCreate(p); err != nil || sc.Provisioner != "nfsdir.csi.io" {
+					t.Errorf("%s: parameters rejected by the driver: %v", f, err)
+				}
+			case "PersistentVolume":
+				var pv corev1.PersistentVolume
+				strictDecode(t, []byte(doc), &pv)
+				if _, err := params.ParseVolume(pv.Spec.CSI.VolumeAttributes); err != nil {
+					t.Errorf("%s: attributes rejected by the driver: %v", f, err)
+				}
+			case "Pod":
+				var pod corev1.Pod
+				strictDecode(t, []byte(doc), &pod)
+				for _, v := range pod.Spec.Volumes {
+					if v.CSI != nil {
+						if _, err := params.ParseVolume(v.CSI.VolumeAttributes); err != nil {
+							t.Errorf("%s: inline attributes rejected by the driver: %v", f, err)
+						}
+					}
+				}
+			case "PersistentVolumeClaim":
+				strictDecode(t, []byte(doc), &corev1.PersistentVolumeClaim{})
+			case "Deployment":
+				var d appsv1.Deployment
+				strictDecode(t, []byte(doc), &d)
+			case "Service":
+				strictDecode(t, []byte(doc), &corev1.Service{})
+			default:
+				t.Errorf("%s: unexpected kind %s", f, meta.Kind)
+			}
+		}
+	}
+	for _, k := range []string{"StorageClass", "PersistentVolumeClaim", "Deployment", "PersistentVolume", "Pod", "Service"} {
+		if kinds[k] == 0 {
+			t.Errorf("no example of a %s", k)
+		}
+	}
+}
+
+// TestDockerfile checks what can be checked without a Docker engine: every
+// instruction is valid, the build is static with the same -X flags as
+// `make build`, and the binary built is the one copied and run.
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	valid := map[string]bool{"FROM": true, "ARG": true, "WORKDIR": true, "COPY": true, "RUN": true, "ENTRYPOINT": true, "ENV": true, "LABEL": true, "USER": true}
+	var froms int
+	var build, copyBin, entry string
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		instr := strings.Fields(line)[0]
+		if !valid[instr] {
+			t.Errorf("unknown instruction %q", instr)
+		}
+		switch {
+		case instr == "FROM":
+			froms++
+		case instr == "RUN" && strings.Contains(line, "go build"):
+			build = line
+		case instr == "COPY" && strings.Contains(line, "--from=build"):
+			copyBin = line
+		case instr == "ENTRYPOINT":
+			entry = line
+		}
+	}
+	if froms != 2 {
+		t.Errorf("%d stages, want a build and a runtime stage", froms)
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xflag := regexp.MustCompile(`-X (\S+)=`)
+	var makeX, dockerX []string
+	for _, m := range xflag.FindAllStringSubmatch(regexp.MustCompile(`(?m)^LDFLAGS := .*$`).FindString(string(mk)), -1) {
+		makeX = append(makeX, m[1])
+	}
+	for _, m := range xflag.FindAllStringSubmatch(build, -1) {
+		dockerX = append(dockerX, m[1])
+	}
+	if len(makeX) == 0 || strings.Join(makeX, " ") != strings.Join(dockerX, " ") {
+		t.Errorf("-X flags differ: Makefile %v, Dockerfile %v", makeX, dockerX)
+	}
+	if !strings.Contains(build, "CGO_ENABLED=0") || !strings.Contains(build, "./cmd/nfsdir") || !strings.Contains(build, "-o /out/nfsdir") {
+		t.Errorf("build step: %s", build)
+	}
+	if !strings.Contains(copyBin, "/out/nfsdir /nfsdir") || !strings.Contains(entry, `"/nfsdir"`) {
+		t.Errorf("copy %q / entrypoint %q do not run the built binary", copyBin, entry)
+	}
+	if !strings.Contains(text, "nfs-common") {
+		t.Error("runtime image lacks nfs-common (mount.nfs)")
+	}
+}
