@@ -19,6 +19,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/csiserver"
+	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/version"
@@ -65,6 +66,8 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	onDelete := fs.String("default-on-delete", string(cfg.DefaultOnDelete), "what DeleteVolume does when the StorageClass sets no onDelete: delete, retain or archive")
 	fs.DurationVar(&cfg.MountTimeout, "mount-timeout", cfg.MountTimeout, "how long one NFS mount may take before it is killed")
 	fs.IntVar(&cfg.PurgeWorkers, "purge-workers", cfg.PurgeWorkers, "how many deleted volumes are purged at once")
+	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
+	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.BoolVar(&cfg.CheckOnly, "check-config", false, "validate the flags and exit without serving")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -99,5 +102,21 @@ func run(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
+	for _, addr := range uniq(cfg.MetricsAddress, cfg.HealthAddress) {
+		if _, err := metrics.Serve(ctx, addr, d.HTTPHandler()); err != nil {
+			return err
+		}
+	}
 	return d.Serve(ctx, l)
+}
+
+// uniq returns the non-empty addresses, each once.
+func uniq(addrs ...string) []string {
+	var out []string
+	for _, a := range addrs {
+		if a != "" && (len(out) == 0 || out[0] != a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }

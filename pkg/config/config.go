@@ -5,6 +5,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -51,6 +52,10 @@ type Config struct {
 	PurgeWorkers int
 	// CheckOnly asks main to validate the configuration and exit.
 	CheckOnly bool
+	// MetricsAddress is host:port for Prometheus /metrics; "" is off.
+	MetricsAddress string
+	// HealthAddress is host:port for /healthz; "" is off.
+	HealthAddress string
 }
 
 // Default returns a Config with every default applied.
@@ -90,6 +95,14 @@ func (c Config) Validate() error {
 	}
 	if c.MountTimeout < time.Second {
 		return fmt.Errorf("--mount-timeout %s must be at least 1s", c.MountTimeout)
+	}
+	for flag, addr := range map[string]string{"--metrics-address": c.MetricsAddress, "--health-address": c.HealthAddress} {
+		if addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			return fmt.Errorf("%s %q must be host:port or :port", flag, addr)
+		}
 	}
 	if c.PurgeWorkers < 1 {
 		return fmt.Errorf("purge workers must be at least 1")

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -16,9 +18,11 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/sharemount"
@@ -35,16 +39,20 @@ type Driver struct {
 	shares     *sharemount.Manager // nil without the controller service
 	controller *Controller
 	purger     *provision.Purger
+	metrics    *metrics.Metrics
 	cancel     context.CancelFunc
 	serving    atomic.Bool
 }
 
 // New builds the driver for cfg, using m for all mounts. cfg must be valid.
 func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
-	d := &Driver{cfg: cfg}
+	d := &Driver{cfg: cfg, metrics: metrics.New()}
 	bg, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
-	d.server = grpc.NewServer(grpc.UnaryInterceptor(logCalls))
+	d.server = grpc.NewServer(grpc.UnaryInterceptor(d.observe))
+	if mp, ok := m.(interface{ MountsInProgress() int64 }); ok {
+		d.metrics.Gauge("nfsdir_mounts_in_progress", "mount(8) processes running.", func() float64 { return float64(mp.MountsInProgress()) })
+	}
 	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
@@ -55,6 +63,9 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 			return nil, err
 		}
 		d.shares = shares
+		d.metrics.Gauge("nfsdir_share_mounts_kept", "Share mounts the controller keeps.", func() float64 { return float64(shares.Count()) })
+		d.metrics.Gauge("nfsdir_purge_queue_length", "Deleted volumes being purged or waiting to be.", func() float64 { return float64(d.purger.Pending()) })
+		d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(d.purger.Removed()) })
 		d.controller = &Controller{shares: shares, purger: d.purger, bg: bg,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
 		csi.RegisterControllerServer(d.server, d.controller)
@@ -137,9 +148,19 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	return err
 }
 
-// logCalls logs every call with secrets stripped; Probe only at high
-// verbosity, since the liveness probe calls it constantly.
-func logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// HTTPHandler serves /metrics (Prometheus) and /healthz (200 when Probe
+// would answer ready, 503 with the reason otherwise).
+func (d *Driver) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", d.metrics.Handler())
+	mux.Handle("/healthz", metrics.HealthHandler(d.ready))
+	return mux
+}
+
+// observe logs every call with secrets stripped (Probe only at high
+// verbosity, since the liveness probe calls it constantly) and records it in
+// the metrics.
+func (d *Driver) observe(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	level := klog.Level(2)
 	if info.FullMethod == csi.Identity_Probe_FullMethodName {
 		level = 6
@@ -147,6 +168,7 @@ func logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler 
 	start := time.Now()
 	klog.V(level).Infof("%s: %s", info.FullMethod, protosanitizer.StripSecrets(req))
 	resp, err := handler(ctx, req)
+	d.metrics.ObserveCall(path.Base(info.FullMethod), status.Code(err).String(), time.Since(start))
 	if err != nil {
 		klog.Errorf("%s failed after %s: %v", info.FullMethod, time.Since(start).Round(time.Millisecond), err)
 	} else {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,8 @@ type System struct {
 	UnmountGrace time.Duration
 	mountInfo    string
 
+	mounting atomic.Int64 // mount(8) processes running
+
 	mu         sync.Mutex
 	probes     map[string]*probe   // in-flight statfs calls by path
 	unmounting map[string]struct{} // targets with a plain umount2 in flight
@@ -103,7 +106,9 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 	}
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
+	s.mounting.Add(1)
 	out, err := cmd.CombinedOutput()
+	s.mounting.Add(-1)
 	if ctx.Err() != nil {
 		return fmt.Errorf("mount %s on %s: killed after %s: %w", source, target, time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
@@ -268,6 +273,9 @@ func statfs(path string) (Usage, error) {
 	}
 	return u, nil
 }
+
+// MountsInProgress returns how many mount(8) processes are running.
+func (s *System) MountsInProgress() int64 { return s.mounting.Load() }
 
 // InFlightProbes returns how many statfs calls are waiting in the kernel;
 // tests use it to prove retries do not pile up goroutines.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,8 +24,9 @@ import (
 // volume mounted and swaps a directory for a symlink while it is purged gets
 // its symlink removed, not the target.
 type Purger struct {
-	sem chan struct{}
-	wg  sync.WaitGroup
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	removed atomic.Int64 // entries removed so far
 
 	mu      sync.Mutex
 	running map[string]bool // trash entries being purged, by share + name
@@ -70,7 +72,7 @@ func (p *Purger) Kick(ctx context.Context, sharePath string, a *Area) {
 			}
 			defer func() { <-p.sem }()
 			start := time.Now()
-			if err := removeAt(ctx, int(trash.Fd()), name); err != nil {
+			if err := p.removeAt(ctx, int(trash.Fd()), name); err != nil {
 				klog.Warningf("purge %s/%s on %s: %v (will retry)", trashDir, name, sharePath, err)
 				return
 			}
@@ -82,6 +84,9 @@ func (p *Purger) Kick(ctx context.Context, sharePath string, a *Area) {
 
 // Wait waits for the purges started so far.
 func (p *Purger) Wait() { p.wg.Wait() }
+
+// Removed returns how many files and directories the purges removed.
+func (p *Purger) Removed() int64 { return p.removed.Load() }
 
 // Pending returns how many purges are running or queued.
 func (p *Purger) Pending() int {
@@ -98,13 +103,17 @@ const removeParallelism = 8
 // of a directory are unlinked by up to removeParallelism concurrent calls,
 // keeping several requests in flight to the NFS server; subdirectories are
 // descended one at a time. It checks ctx between batches.
-func removeAt(ctx context.Context, dirfd int, name string) error {
+func (p *Purger) removeAt(ctx context.Context, dirfd int, name string) error {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		err := unix.Unlinkat(dirfd, name, 0)
-		if err == nil || errors.Is(err, unix.ENOENT) {
+		if err == nil {
+			p.removed.Add(1)
+			return nil
+		}
+		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
 		if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
@@ -119,12 +128,16 @@ func removeAt(ctx context.Context, dirfd int, name string) error {
 		case err != nil:
 			return fmt.Errorf("open %s: %w", name, err)
 		}
-		err = emptyDir(ctx, fd, name)
+		err = p.emptyDir(ctx, fd, name)
 		if err != nil {
 			return err
 		}
 		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
-		if err == nil || errors.Is(err, unix.ENOENT) {
+		if err == nil {
+			p.removed.Add(1)
+			return nil
+		}
+		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
 		if !errors.Is(err, unix.ENOTEMPTY) || attempt > 100 {
@@ -135,7 +148,7 @@ func removeAt(ctx context.Context, dirfd int, name string) error {
 }
 
 // emptyDir removes everything in the directory open as fd and closes fd.
-func emptyDir(ctx context.Context, fd int, name string) error {
+func (p *Purger) emptyDir(ctx context.Context, fd int, name string) error {
 	dir := os.NewFile(uintptr(fd), name)
 	defer dir.Close()
 	for {
@@ -160,11 +173,11 @@ func emptyDir(ctx context.Context, fd int, name string) error {
 				files = append(files, e.Name())
 			}
 		}
-		if err := unlinkAll(ctx, fd, files); err != nil {
+		if err := p.unlinkAll(ctx, fd, files); err != nil {
 			return err
 		}
 		for _, d := range subdirs {
-			if err := removeAt(ctx, fd, d); err != nil {
+			if err := p.removeAt(ctx, fd, d); err != nil {
 				return err
 			}
 		}
@@ -173,11 +186,11 @@ func emptyDir(ctx context.Context, fd int, name string) error {
 
 // unlinkAll removes names from the directory open as fd, split into up to
 // removeParallelism contiguous chunks removed concurrently.
-func unlinkAll(ctx context.Context, fd int, names []string) error {
+func (p *Purger) unlinkAll(ctx context.Context, fd int, names []string) error {
 	workers := min(removeParallelism, (len(names)+63)/64)
 	if workers <= 1 {
 		for _, n := range names {
-			if err := removeAt(ctx, fd, n); err != nil {
+			if err := p.removeAt(ctx, fd, n); err != nil {
 				return err
 			}
 		}
@@ -189,7 +202,7 @@ func unlinkAll(ctx context.Context, fd int, names []string) error {
 		chunk := names[min(w*per, len(names)):min((w+1)*per, len(names))]
 		go func() {
 			for _, n := range chunk {
-				if err := removeAt(ctx, fd, n); err != nil {
+				if err := p.removeAt(ctx, fd, n); err != nil {
 					errc <- err
 					return
 				}

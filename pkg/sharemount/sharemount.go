@@ -225,6 +225,19 @@ func (m *Manager) Invalidate(share *Share) {
 	<-en.sem
 }
 
+// Count returns how many share mounts are kept.
+func (m *Manager) Count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, en := range m.entries {
+		if en.share != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Shares returns the currently mounted shares.
 func (m *Manager) Shares() []*Share {
 	m.mu.Lock()

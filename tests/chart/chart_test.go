@@ -355,7 +355,7 @@ func contains(list []string, s string) bool {
 // or host port.
 func TestTwoReleasesSideBySide(t *testing.T) {
 	a := render(t, "alpha", []string{"driver.name=alpha.nfsdir.csi.io"})
-	b := render(t, "beta", []string{"driver.name=beta.nfsdir.csi.io", "node.healthPort=29663"})
+	b := render(t, "beta", []string{"driver.name=beta.nfsdir.csi.io", "node.healthPort=29663", "node.metricsPort=29665"})
 	for n := range a.names {
 		if b.names[n] > 0 {
 			t.Errorf("both releases render %s", n)
@@ -366,9 +366,27 @@ func TestTwoReleasesSideBySide(t *testing.T) {
 	if fmt.Sprint(pa[0].HostPath.Path) == fmt.Sprint(pb[0].HostPath.Path) {
 		t.Errorf("both releases use socket directory %s", pa[0].HostPath.Path)
 	}
-	portA := container(t, a.daemonSets[0].Spec.Template.Spec, "liveness-probe").Args
-	portB := container(t, b.daemonSets[0].Spec.Template.Spec, "liveness-probe").Args
-	if strings.Join(portA, " ") == strings.Join(portB, " ") {
-		t.Errorf("both node pods serve health on the same host port: %v", portA)
+	ports := map[int32]string{}
+	for rel, r := range map[string]*rendered{"alpha": a, "beta": b} {
+		for _, c := range r.daemonSets[0].Spec.Template.Spec.Containers {
+			for _, p := range c.Ports {
+				if other, taken := ports[p.ContainerPort]; taken {
+					t.Errorf("host port %d used by %s and %s/%s", p.ContainerPort, other, rel, c.Name)
+				}
+				ports[p.ContainerPort] = rel + "/" + c.Name
+			}
+		}
+	}
+	for _, r := range []*rendered{a, b} {
+		node := container(t, r.daemonSets[0].Spec.Template.Spec, "nfsdir")
+		probe := container(t, r.daemonSets[0].Spec.Template.Spec, "liveness-probe")
+		var health, metricsArg bool
+		for _, p := range node.Ports {
+			health = health || (p.Name == "healthz" && contains(probe.Args, fmt.Sprintf("--http-endpoint=:%d", p.ContainerPort)))
+			metricsArg = metricsArg || (p.Name == "metrics" && contains(node.Args, fmt.Sprintf("--metrics-address=:%d", p.ContainerPort)))
+		}
+		if !health || !metricsArg {
+			t.Errorf("node ports do not match the args: %+v %v %v", node.Ports, node.Args, probe.Args)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -126,7 +128,7 @@ func TestDeadServerWithMountedVolumes(t *testing.T) {
 // no target is mounted twice, and the driver stays under 64 MiB RSS.
 func TestRetryStorms(t *testing.T) {
 	lab.Require(t)
-	p := lab.StartBinary(t, "")
+	p := lab.StartBinary(t, "", "--metrics-address=127.0.0.1:29654", "--health-address=127.0.0.1:29653")
 	c := lab.Connect(t, p.Endpoint)
 	vc := lab.RWX("nfsvers=4.2")
 	type answer struct {
@@ -227,11 +229,38 @@ func TestRetryStorms(t *testing.T) {
 		}
 		c.Unpublish(t, vol, target)
 	}
+	// The driver's own view of the storm, scraped from /metrics.
+	metrics := httpGet(t, "http://127.0.0.1:29654/metrics")
+	for _, want := range []string{
+		`nfsdir_csi_operations_total{code="Aborted",method="CreateVolume"}`,
+		`nfsdir_csi_operations_total{code="OK",method="CreateVolume"}`,
+		`nfsdir_csi_operations_total{code="OK",method="NodePublishVolume"}`,
+		`nfsdir_csi_operation_duration_seconds_bucket{method="NodeUnpublishVolume",le="+Inf"}`,
+		"nfsdir_share_mounts_kept 1", "nfsdir_mounts_in_progress 0", "nfsdir_purge_queue_length",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if h := httpGet(t, "http://127.0.0.1:29653/healthz"); h != "ok\n" {
+		t.Errorf("/healthz = %q", h)
+	}
 	hwm := p.Status("VmHWM")
 	t.Logf("publish storm: %d OK, %d Aborted; driver peak RSS %d KiB", pubOK, pubAborted, hwm)
 	if hwm <= 0 || hwm > 64*1024 {
 		t.Errorf("driver peak RSS %d KiB, want under 64 MiB", hwm)
 	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // recordNames returns the volume names of all records on the export.

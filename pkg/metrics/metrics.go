@@ -1,0 +1,104 @@
+// Package metrics serves nfsdir's Prometheus metrics (/metrics) and an HTTP
+// health endpoint (/healthz) that reflects the CSI Probe. It records what
+// the gRPC layer and the domain packages report; it imports neither.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+)
+
+// Metrics holds the driver's collectors. The zero value is not usable;
+// create it with New. All methods are safe for concurrent use.
+type Metrics struct {
+	reg     *prometheus.Registry
+	calls   *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+}
+
+// New returns the collectors, registered in a registry of their own with
+// the Go runtime and process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nfsdir_csi_operations_total",
+			Help: "CSI calls served, by method and gRPC status code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nfsdir_csi_operation_duration_seconds",
+			Help:    "Time to serve a CSI call, by method.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"method"}),
+	}
+	m.reg.MustRegister(m.calls, m.latency, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveCall records one CSI call: its short method name (e.g.
+// "CreateVolume"), gRPC code name (e.g. "OK", "Aborted") and duration.
+func (m *Metrics) ObserveCall(method, code string, d time.Duration) {
+	m.calls.WithLabelValues(method, code).Inc()
+	m.latency.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// Gauge registers a gauge whose value f returns at each scrape.
+func (m *Metrics) Gauge(name, help string, f func() float64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
+// Counter registers a counter whose value f returns at each scrape; f must
+// never decrease.
+func (m *Metrics) Counter(name, help string, f func() float64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+}
+
+// Handler serves /metrics from the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// HealthHandler serves /healthz: 200 "ok" when ready returns nil, 503 with
+// the reason otherwise, as the livenessprobe sidecar does for the Probe.
+func HealthHandler(ready func() error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+}
+
+// Serve serves h on addr until ctx ends, then shuts down within 5 s. It
+// returns the listening address once the listener is open, or the listen
+// error; serving errors are logged.
+func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.Errorf("HTTP server on %s: %v", addr, err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	klog.Infof("serving HTTP on %s", l.Addr())
+	return l.Addr(), nil
+}
