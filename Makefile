@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/nfsdir/nfsdir/pkg/version.Version=$(VERSION) -X github.com/nfsdir/nfsdir/pkg/version.Commit=$(COMMIT)
 LAB := $(CURDIR)/tests/nfsvm/run.sh
 # Packages whose tests need the NFS lab guest.
-LAB_PKGS := ./tests/sanity/ ./tests/e2e/
+LAB_PKGS := ./tests/sanity/ ./tests/e2e/ ./tests/registration/
 # Fuzz targets run for FUZZTIME each in `make test` (longer in `make fuzz`).
 FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volumeid:FuzzParse \
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -68,6 +69,7 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.IntVar(&cfg.PurgeWorkers, "purge-workers", cfg.PurgeWorkers, "how many deleted volumes are purged at once")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
 	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
+	fs.StringVar(&cfg.LogFormat, "logging-format", "text", "log format: text (klog) or json (one JSON object per line)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.BoolVar(&cfg.CheckOnly, "check-config", false, "validate the flags and exit without serving")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -89,6 +91,10 @@ func parseFlags(args []string) (config.Config, bool, error) {
 }
 
 func run(cfg config.Config) error {
+	if cfg.LogFormat == "json" {
+		klog.SetLogger(funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) },
+			funcr.Options{LogTimestamp: true, Verbosity: 10})) // klog's -v still filters
+	}
 	// Modes of volume directories are exactly what the StorageClass asks
 	// for; every file the driver creates itself names its mode.
 	syscall.Umask(0)

@@ -56,6 +56,8 @@ type Config struct {
 	MetricsAddress string
 	// HealthAddress is host:port for /healthz; "" is off.
 	HealthAddress string
+	// LogFormat is "text" (klog) or "json".
+	LogFormat string
 }
 
 // Default returns a Config with every default applied.
@@ -103,6 +105,9 @@ func (c Config) Validate() error {
 		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
 			return fmt.Errorf("%s %q must be host:port or :port", flag, addr)
 		}
+	}
+	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("--logging-format %q must be text or json", c.LogFormat)
 	}
 	if c.PurgeWorkers < 1 {
 		return fmt.Errorf("purge workers must be at least 1")

@@ -42,7 +42,7 @@ var valueSets = map[string][]string{
 	"inline":       {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
 	"kubeletdir":   {"kubeletDir=/var/lib/k0s/kubelet/"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
-	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage"},
+	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json"},
 }
 
 // rendered holds the decoded objects of one helm template run.
