@@ -10,7 +10,7 @@ LAB_PKGS := ./tests/sanity/ ./tests/e2e/ ./tests/registration/
 # Fuzz targets run for FUZZTIME each in `make test` (longer in `make fuzz`).
 FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volumeid:FuzzParse \
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse
-FUZZTIME ?= 5s
+FUZZTIME ?= 300000x
 # Tools built from source (tests/tools pins the module versions).
 HELM_VERSION := v3.22.0
 HELM_K8S_MINOR := 35
@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-image clean helm manifests image push
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push
 
 all: build
 
@@ -63,7 +63,13 @@ test-nfs: lab-image
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
 	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(GO) test -count=1 -timeout 20m -run '$(RUN)' -exec $(LAB) -v $(LAB_PKGS) 2>&1 | tee bin/lab-test.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'; exit $${PIPESTATUS[0]}
 
-lab-image:
+## lab-deps: the host packages the lab needs (installed when missing; needs root).
+lab-deps:
+	@command -v qemu-system-x86_64 >/dev/null && command -v busybox >/dev/null || { \
+		echo "installing qemu-system-x86 and busybox-static"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 busybox-static; }
+
+lab-image: lab-deps
 	@tests/nfsvm/build-image.sh >/dev/null
 
 ## demo: start the lab, provision a volume, mount it on two targets, write/read, unmount, delete.

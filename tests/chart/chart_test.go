@@ -72,6 +72,14 @@ func strictDecode(t *testing.T, doc []byte, into any) {
 	}
 }
 
+// decodeAppend strictly decodes doc into a new T appended to list.
+func decodeAppend[T any](t *testing.T, doc []byte, list *[]T) {
+	t.Helper()
+	var v T
+	strictDecode(t, doc, &v)
+	*list = append(*list, v)
+}
+
 func render(t *testing.T, release string, set []string) *rendered {
 	t.Helper()
 	args := []string{"template", release, chartDir, "--namespace", "kube-system"}
@@ -98,32 +106,23 @@ func render(t *testing.T, release string, set []string) *rendered {
 		d := []byte(doc)
 		switch meta.Kind {
 		case "CSIDriver":
-			r.csiDrivers = append(r.csiDrivers, storagev1.CSIDriver{})
-			strictDecode(t, d, &r.csiDrivers[len(r.csiDrivers)-1])
+			decodeAppend(t, d, &r.csiDrivers)
 		case "StorageClass":
-			r.classes = append(r.classes, storagev1.StorageClass{})
-			strictDecode(t, d, &r.classes[len(r.classes)-1])
+			decodeAppend(t, d, &r.classes)
 		case "Deployment":
-			r.deployments = append(r.deployments, appsv1.Deployment{})
-			strictDecode(t, d, &r.deployments[len(r.deployments)-1])
+			decodeAppend(t, d, &r.deployments)
 		case "DaemonSet":
-			r.daemonSets = append(r.daemonSets, appsv1.DaemonSet{})
-			strictDecode(t, d, &r.daemonSets[len(r.daemonSets)-1])
+			decodeAppend(t, d, &r.daemonSets)
 		case "ServiceAccount":
-			r.accounts = append(r.accounts, corev1.ServiceAccount{})
-			strictDecode(t, d, &r.accounts[len(r.accounts)-1])
+			decodeAppend(t, d, &r.accounts)
 		case "ClusterRole":
-			r.clusterRole = append(r.clusterRole, rbacv1.ClusterRole{})
-			strictDecode(t, d, &r.clusterRole[len(r.clusterRole)-1])
+			decodeAppend(t, d, &r.clusterRole)
 		case "ClusterRoleBinding":
-			r.crBindings = append(r.crBindings, rbacv1.ClusterRoleBinding{})
-			strictDecode(t, d, &r.crBindings[len(r.crBindings)-1])
+			decodeAppend(t, d, &r.crBindings)
 		case "Role":
-			r.roles = append(r.roles, rbacv1.Role{})
-			strictDecode(t, d, &r.roles[len(r.roles)-1])
+			decodeAppend(t, d, &r.roles)
 		case "RoleBinding":
-			r.roleBinds = append(r.roleBinds, rbacv1.RoleBinding{})
-			strictDecode(t, d, &r.roleBinds[len(r.roleBinds)-1])
+			decodeAppend(t, d, &r.roleBinds)
 		default:
 			t.Errorf("unexpected kind %s", meta.Kind)
 		}

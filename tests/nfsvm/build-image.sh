@@ -22,7 +22,13 @@ for tool in qemu-system-x86_64 busybox apt-get dpkg-deb ldd gzip; do
 done
 
 # Resolve the cloud kernel metapackage to its versioned package.
-kpkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+resolve() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
+kpkg=$(resolve)
+if [ -z "$kpkg" ] && [ "$(id -u)" = 0 ]; then
+  log "package lists are empty or stale; running apt-get update"
+  apt-get update -qq >&2 || true
+  kpkg=$(resolve)
+fi
 [ -n "$kpkg" ] || die "cannot resolve linux-image-cloud-amd64 (run apt-get update)"
 kver=${kpkg#linux-image-}
 
