@@ -55,17 +55,24 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 		return nil, nil, err
 	}
 	s.areasMu.Lock()
-	defer s.areasMu.Unlock()
-	if oa := s.areas[share.Path]; oa != nil {
-		if oa.share == share {
-			return oa.area, share, nil
-		}
-		oa.area.Close()
-		delete(s.areas, share.Path)
+	if oa := s.areas[share.Path]; oa != nil && oa.share == share {
+		s.areasMu.Unlock()
+		return oa.area, share, nil
 	}
+	s.areasMu.Unlock()
+	// Open without holding the lock: this touches the share, which may hang.
 	a, err := provision.OpenArea(share.Root(), create)
 	if err != nil {
 		return nil, share, err
+	}
+	s.areasMu.Lock()
+	defer s.areasMu.Unlock()
+	if oa := s.areas[share.Path]; oa != nil {
+		if oa.share == share { // another call opened it meanwhile
+			a.Close()
+			return oa.area, share, nil
+		}
+		oa.area.Close() // from an earlier mount of the share
 	}
 	if s.areas == nil {
 		s.areas = map[string]*openArea{}
@@ -73,6 +80,29 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 	s.areas[share.Path] = &openArea{share: share, area: a}
 	s.purger.Kick(s.bg, share.Path, a) // resume purges left by a restart
 	return a, share, nil
+}
+
+// bounded runs fn holding the lock of key until fn returns, but returns
+// when ctx ends even if fn does not: filesystem calls on a dead hard-mounted
+// server block in the kernel and cannot be cancelled. fn then finishes in
+// the background with the lock still held, so retries get Aborted instead
+// of piling up blocked goroutines, and the first retry after the server
+// returns gets the result (every operation is idempotent).
+func (s *Controller) bounded(ctx context.Context, key string, fn func() error) error {
+	if !s.locks.TryAcquire(key) {
+		return busy("volume " + key)
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer s.locks.Release(key)
+		done <- fn()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fault.Wrap(fault.DeadlineExceeded, ctx.Err(), "the NFS server did not answer in time; the operation goes on in the background and a retry returns its result")
+	}
 }
 
 // onArea runs fn on the Area of the share (e, opts). When fn fails with a
@@ -181,29 +211,28 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		preq.Mode = s.defaultMode
 	}
 
-	if !s.locks.TryAcquire(req.GetName()) {
-		return nil, busy("volume " + req.GetName())
-	}
-	defer s.locks.Release(req.GetName())
-
 	var rec *provision.Record
-	var shareOpts mountopts.Options
-	err = s.onArea(ctx, cp.Export, opts, true, func(a *provision.Area, share *sharemount.Share) (err error) {
-		shareOpts = share.Options
-		rec, err = a.Create(ctx, preq)
-		return err
+	var id volumeid.ID
+	err = s.bounded(ctx, req.GetName(), func() error {
+		var shareOpts mountopts.Options
+		err := s.onArea(ctx, cp.Export, opts, true, func(a *provision.Area, share *sharemount.Share) (err error) {
+			shareOpts = share.Options
+			rec, err = a.Create(ctx, preq)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if id, err = volumeid.New(cp.Export, rec.Key(), rec.Token, shareOpts.String()); err != nil {
+			return fault.New(fault.InvalidArgument, "%v", err)
+		}
+		if id.OptionsRef != "" {
+			return s.shares.RememberOptions(id.OptionsRef, shareOpts)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, toStatus(err)
-	}
-	id, err := volumeid.New(cp.Export, rec.Key(), rec.Token, shareOpts.String())
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
-	if id.OptionsRef != "" {
-		if err := s.shares.RememberOptions(id.OptionsRef, shareOpts); err != nil {
-			return nil, toStatus(err)
-		}
 	}
 	klog.Infof("volume %s: %s on %s (onDelete=%s, mode %04o)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode)
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
@@ -227,23 +256,25 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	id, err := volumeid.Parse(raw)
 	if err != nil {
 		if l, lerr := volumeid.ParseLegacy(raw); lerr == nil {
-			return s.deleteLegacy(ctx, raw, l)
+			var resp *csi.DeleteVolumeResponse
+			err := s.bounded(ctx, raw, func() (err error) {
+				resp, err = s.deleteLegacy(ctx, raw, l)
+				return err
+			})
+			return resp, toStatus(err)
 		}
 		// Nothing nfsdir could have created: there is nothing to delete.
 		klog.Warningf("DeleteVolume %q: %v; nothing to do", raw, err)
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	if !s.locks.TryAcquire(raw) {
-		return nil, busy("volume " + raw)
-	}
-	defer s.locks.Release(raw)
-
-	err = s.onVolumeArea(ctx, id, func(a *provision.Area, share *sharemount.Share) error {
-		if err := a.Delete(ctx, id); err != nil {
-			return err
-		}
-		s.purger.Kick(s.bg, share.Path, a)
-		return nil
+	err = s.bounded(ctx, raw, func() error {
+		return s.onVolumeArea(ctx, id, func(a *provision.Area, share *sharemount.Share) error {
+			if err := a.Delete(ctx, id); err != nil {
+				return err
+			}
+			s.purger.Kick(s.bg, share.Path, a)
+			return nil
+		})
 	})
 	if err != nil && !errors.Is(err, provision.ErrNoArea) {
 		return nil, toStatus(err)
@@ -303,7 +334,7 @@ func (s *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, invalid("volume capabilities are required")
 	}
-	if err := s.exists(ctx, raw); err != nil {
+	if err := s.bounded(ctx, raw, func() error { return s.exists(ctx, raw) }); err != nil {
 		return nil, toStatus(err)
 	}
 	if _, err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {

@@ -284,3 +284,78 @@ func recordNames(t *testing.T) []string {
 	}
 	return names
 }
+
+// TestControllerCallsBoundedOnDeadServer: with the server gone after the
+// controller mounted the share, CreateVolume, DeleteVolume,
+// ValidateVolumeCapabilities and GetCapacity return by their deadline
+// (DeadlineExceeded or Aborted, never a hang), Probe keeps answering, and
+// after the server returns the retried calls converge.
+func TestControllerCallsBoundedOnDeadServer(t *testing.T) {
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.1")
+	a := c.Create(t, "pvc-bounded-a", params(), vc)
+	lab.StopNFSServer(t)
+	restarted := false
+	defer func() {
+		if !restarted {
+			lab.StartNFSServer(t)
+		}
+	}()
+	bounded := map[codes.Code]bool{codes.DeadlineExceeded: true, codes.Aborted: true, codes.Unavailable: true}
+	calls := map[string]func(context.Context) error{
+		"CreateVolume": func(ctx context.Context) error {
+			_, err := c.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-bounded-b", Parameters: params(), VolumeCapabilities: []*csi.VolumeCapability{vc}})
+			return err
+		},
+		"DeleteVolume": func(ctx context.Context) error {
+			_, err := c.Controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: a.VolumeId})
+			return err
+		},
+		"ValidateVolumeCapabilities": func(ctx context.Context) error {
+			_, err := c.Controller.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "n1|" + lab.Server() + "|/export|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|", VolumeCapabilities: []*csi.VolumeCapability{vc}})
+			return err
+		},
+		"GetCapacity": func(ctx context.Context) error {
+			_, err := c.Controller.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: params()})
+			return err
+		},
+	}
+	for round := 0; round < 3; round++ {
+		for name, call := range calls {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			start := time.Now()
+			err := call(ctx)
+			took := time.Since(start)
+			cancel()
+			if !bounded[status.Code(err)] || took > 15*time.Second {
+				t.Errorf("round %d: %s on a dead server: %v after %s", round, name, err, took.Round(time.Millisecond))
+			}
+			t.Logf("round %d: %s: %s after %s", round, name, status.Code(err), took.Round(time.Millisecond))
+		}
+		if r, err := c.Identity.Probe(lab.Ctx(t, 2*time.Second), &csi.ProbeRequest{}); err != nil || !r.GetReady().GetValue() {
+			t.Errorf("Probe during the outage: %v %v", r, err)
+		}
+	}
+	lab.StartNFSServer(t)
+	restarted = true
+	converge := func(name string, call func(context.Context) error) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			err := call(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after the server returned: %v", name, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	converge("CreateVolume", calls["CreateVolume"])
+	converge("DeleteVolume", calls["DeleteVolume"])
+	if !exists(onExport("pvc-bounded-b")) || exists(onExport("pvc-bounded-a")) {
+		t.Errorf("after recovery: b exists %v, a exists %v", exists(onExport("pvc-bounded-b")), exists(onExport("pvc-bounded-a")))
+	}
+}
