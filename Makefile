@@ -91,10 +91,12 @@ k8s-bins:
 	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
 
 ## lab-images: container images for the end-to-end lab as docker-archive tarballs
-## (no Docker engine, no registry): pause and the node-driver-registrar and
-## livenessprobe stand-ins.
-lab-images:
-	mkdir -p bin/images bin/k8s-tools
+## (no Docker engine, no registry): nfsdir (the static binary plus the runtime
+## contents the Dockerfile installs), pause, busybox, and the
+## node-driver-registrar and livenessprobe stand-ins.
+lab-images: lab-deps
+	mkdir -p bin/images bin/k8s-tools bin/lab
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
 	cd tests/k8s && for p in imagebuild pause registrar livenessprobe; do \
 		$(GO) build -o $(CURDIR)/bin/k8s-tools/$$p ./images/$$p || exit 1; done
 	bin/k8s-tools/imagebuild -o bin/images/pause.tar -tag lab.local/pause:3.10 -entrypoint /pause -file bin/k8s-tools/pause:/pause
@@ -102,6 +104,12 @@ lab-images:
 		-entrypoint /csi-node-driver-registrar -file bin/k8s-tools/registrar:/csi-node-driver-registrar
 	bin/k8s-tools/imagebuild -o bin/images/livenessprobe.tar -tag lab.local/livenessprobe:lab \
 		-entrypoint /livenessprobe -file bin/k8s-tools/livenessprobe:/livenessprobe
+	rm -rf bin/images/nfsdir-rootfs && tests/k8s/nfsdir-rootfs.sh bin/images/nfsdir-rootfs
+	bin/k8s-tools/imagebuild -o bin/images/nfsdir.tar -tag lab.local/nfsdir:lab -entrypoint /nfsdir \
+		-file bin/lab/nfsdir:/nfsdir -tree bin/images/nfsdir-rootfs:/
+	rm -rf bin/images/busybox-rootfs && mkdir -p bin/images/busybox-rootfs/bin && cp $$(command -v busybox) bin/images/busybox-rootfs/bin/busybox && \
+		for a in $$(busybox --list); do [ -e bin/images/busybox-rootfs/bin/$$a ] || ln -s busybox bin/images/busybox-rootfs/bin/$$a; done
+	bin/k8s-tools/imagebuild -o bin/images/busybox.tar -tag lab.local/busybox:lab -entrypoint /bin/sh -tree bin/images/busybox-rootfs:/
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
 manifests: $(HELM)

@@ -11,6 +11,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/userspace.sh"
 cache=${NFSDIR_LAB_CACHE:-$HOME/.cache/nfsdir-lab}
 mkdir -p "$cache"
 
@@ -32,7 +33,7 @@ fi
 [ -n "$kpkg" ] || die "cannot resolve linux-image-cloud-amd64 (run apt-get update)"
 kver=${kpkg#linux-image-}
 
-key=$( (echo "$kpkg"; cat "$here/build-image.sh" "$here/init") | sha256sum | cut -c1-16)
+key=$( (echo "$kpkg"; cat "$here/build-image.sh" "$here/userspace.sh" "$here/init") | sha256sum | cut -c1-16)
 img="$cache/image-$key"
 if [ -f "$img/initrd.gz" ] && [ -f "$img/vmlinuz" ]; then
   echo "$img"
@@ -47,10 +48,8 @@ trap 'rm -rf "$work"' EXIT
 # taken from the host (same Debian release); the others are listed here.
 pkgs=("$kpkg" nfs-kernel-server nfs-common rpcbind mount
   libtirpc3 libevent-core-2.1-7 libnfsidmap1 libwrap0 libkeyutils1)
-mkdir -p "$work/debs" "$work/pkgroot" "$work/root"
-(cd "$work/debs" && apt-get download "${pkgs[@]}" >/dev/null 2>&1) ||
-  (cd "$work/debs" && apt-get download "${pkgs[@]}") || die "apt-get download failed"
-for deb in "$work"/debs/*.deb; do dpkg-deb -x "$deb" "$work/pkgroot"; done
+mkdir -p "$work/root"
+fetch_debs "$work/debs" "$work/pkgroot" "${pkgs[@]}" || die "apt-get download failed"
 
 src=$work/pkgroot
 root=$work/root
@@ -63,31 +62,9 @@ for applet in $("$root/bin/busybox" --list); do
 done
 
 # NFS and mount user space, with the shared libraries they load.
-bins=(sbin/rpcbind sbin/rpc.statd sbin/sm-notify sbin/mount.nfs sbin/showmount
-  usr/sbin/rpc.nfsd usr/sbin/rpc.mountd usr/sbin/exportfs usr/sbin/nfsdcld
-  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount)
-export LD_LIBRARY_PATH="$src/lib/x86_64-linux-gnu:$src/usr/lib/x86_64-linux-gnu"
-declare -A libs=()
-for b in "${bins[@]}"; do
-  [ -f "$src/$b" ] || die "package tree lacks $b"
-  rm -f "$root/$b"
-  cp -a "$src/$b" "$root/$b"
-  while read -r line; do
-    case "$line" in
-      *"not found"*) die "$b needs a library nobody provides: $line" ;;
-    esac
-    lib=$(echo "$line" | awk '/=>/ {print $3} !/=>/ && /^\// {print $1}')
-    [ -n "$lib" ] && libs[$lib]=1
-  done < <(ldd "$src/$b")
-done
-for lib in "${!libs[@]}"; do
-  dest=${lib#"$src"}
-  dest=/${dest#/}
-  mkdir -p "$root$(dirname "$dest")"
-  cp -L "$lib" "$root$dest"
-done
-mkdir -p "$root/lib64" "$root/lib/x86_64-linux-gnu"
-[ -e "$root/lib64/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+copy_with_libs "$src" "$root" sbin/rpcbind sbin/rpc.statd sbin/sm-notify sbin/mount.nfs sbin/showmount \
+  usr/sbin/rpc.nfsd usr/sbin/rpc.mountd usr/sbin/exportfs usr/sbin/nfsdcld \
+  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount || die "collecting user space failed"
 for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$root/sbin/$link"; done
 
 # Kernel modules: NFS client and server, virtio, with their dependencies.
