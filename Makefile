@@ -86,9 +86,16 @@ K8S_VERSION := v1.35.4
 K8S_BINS := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
+ETCD_VERSION := v3.6.16
+CSI_PROVISIONER_VERSION := v5.3.0
 k8s-bins:
 	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
 	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
+	cd tests/k8s/etcd && grep -q 'go.etcd.io/etcd/server/v3 $(ETCD_VERSION)' go.mod && \
+		$(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/etcd go.etcd.io/etcd/server/v3
+	cd tests/k8s/sidecars/provisioner && grep -q 'external-provisioner/v5 $(CSI_PROVISIONER_VERSION)' go.mod && \
+		$(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_PROVISIONER_VERSION)' -o $(CURDIR)/bin/k8s/csi-provisioner \
+		github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner
 
 ## lab-images: container images for the end-to-end lab as docker-archive tarballs
 ## (no Docker engine, no registry): nfsdir (the static binary plus the runtime
@@ -110,6 +117,8 @@ lab-images: lab-deps
 	rm -rf bin/images/busybox-rootfs && mkdir -p bin/images/busybox-rootfs/bin && cp $$(command -v busybox) bin/images/busybox-rootfs/bin/busybox && \
 		for a in $$(busybox --list); do [ -e bin/images/busybox-rootfs/bin/$$a ] || ln -s busybox bin/images/busybox-rootfs/bin/$$a; done
 	bin/k8s-tools/imagebuild -o bin/images/busybox.tar -tag lab.local/busybox:lab -entrypoint /bin/sh -tree bin/images/busybox-rootfs:/
+	if [ -x bin/k8s/csi-provisioner ]; then bin/k8s-tools/imagebuild -o bin/images/csi-provisioner.tar \
+		-tag lab.local/csi-provisioner:$(CSI_PROVISIONER_VERSION) -entrypoint /csi-provisioner -file bin/k8s/csi-provisioner:/csi-provisioner; fi
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
 manifests: $(HELM)
