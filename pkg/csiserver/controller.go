@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -295,12 +294,7 @@ func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Le
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	// Opening the parent revalidates its cached attributes (close-to-open),
-	// so a directory removed through another client is not seen as present.
-	if d, err := share.Root().Open(path.Dir(dir)); err == nil {
-		d.Close()
-	}
-	_, err = share.Root().Lstat(dir)
+	_, err = provision.FreshLstat(share.Root(), dir)
 	present := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, toStatus(err)

@@ -47,10 +47,13 @@ type Request struct {
 // before the directory is made: a directory without a record is never
 // nfsdir's, and two volumes can never claim one directory unless both opt in
 // to sharing it. A new volume directory must not lie inside another volume's
-// directory; it cannot contain one, since it must not exist yet. A first
-// creation costs two round trips to the server (symlink, mkdir), one more per
-// parent level of a nested subDir, and a chown and chmod when an owner or
-// special mode bits are asked for.
+// directory; it cannot contain one, since it must not exist yet. Once the
+// directory exists, its fileid is sealed into the record, so that Delete
+// never takes a directory put at the same path later for the volume. A first
+// creation costs the record and the mkdir (two round trips to the server)
+// plus the seal (a rename, and a symlink, usually with the directory's
+// attributes still cached), one lookup per parent level of a nested subDir,
+// and a chown and chmod when an owner or special mode bits are asked for.
 //
 // Errors: InvalidArgument for a path inside another volume; AlreadyExists
 // when the directory belongs to another volume, when the same volume exists
@@ -94,7 +97,10 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		if err := compatible(old, req); err != nil {
 			return nil, err
 		}
-		return old, makeVolumeDir(a.root, old, false)
+		if err := makeVolumeDir(a.root, old, false); err != nil {
+			return nil, err
+		}
+		return old, a.seal(key, old)
 	}
 	if err != nil {
 		return nil, err
@@ -103,7 +109,54 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		_ = removeRecord(a.volumes, key)
 		return nil, err
 	}
-	return rec, nil
+	return rec, a.seal(key, rec)
+}
+
+// seal records the identity (fileid) of the volume directory in its record,
+// so that a directory put at the same path later is never taken for it.
+// Shared and already sealed volumes are left as they are.
+func (a *Area) seal(key string, rec *Record) error {
+	if rec.Shared || rec.FileID != 0 {
+		return nil
+	}
+	id, err := fileID(a.root, rec.SubDir)
+	if err != nil {
+		return err
+	}
+	sealed := *rec
+	sealed.FileID = id
+	if err := rewriteRecord(a.volumes, key, &sealed); err != nil {
+		return err
+	}
+	*rec = sealed
+	return nil
+}
+
+// FreshLstat is Lstat of p below root after revalidating p's parent
+// directory with the server: opening a directory revalidates its attributes
+// (close-to-open), and a changed directory drops the client's cached names
+// in it. Without it, a directory moved or replaced through another client
+// could still be seen as it was, and a rename by name would then act on
+// whatever the server now holds at that name.
+func FreshLstat(root *os.Root, p string) (fs.FileInfo, error) {
+	if d, err := root.Open(path.Dir(p)); err == nil {
+		d.Close()
+	}
+	return root.Lstat(p)
+}
+
+// fileID returns the inode number (NFS fileid) of dir, which must be a real
+// directory.
+func fileID(root *os.Root, dir string) (uint64, error) {
+	st, err := root.Lstat(dir)
+	if err != nil {
+		return 0, onShare(err, "check %q", dir)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || !st.IsDir() {
+		return 0, fault.New(fault.FailedPrecondition, "%q is not a directory (%s)", dir, st.Mode().Type())
+	}
+	return sys.Ino, nil
 }
 
 // checkNotNested fails when a parent of subDir is an (exclusive) volume.
@@ -283,13 +336,18 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 	if err != nil || rec == nil {
 		return err
 	}
-	st, err := root.Lstat(rec.SubDir)
+	st, err := FreshLstat(root, rec.SubDir)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("check %q: %w", rec.SubDir, err)
 	}
 	if exists && !st.IsDir() {
 		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
+	}
+	if exists && rec.FileID != 0 {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != rec.FileID {
+			return fault.New(fault.FailedPrecondition, "directory %q is not the one nfsdir created for volume %q (it was replaced: fileid %d, recorded %d); nfsdir leaves it alone: delete it by hand, or hand it over with `nfsdir adopt` after removing the record %s", rec.SubDir, rec.Name, sys.Ino, rec.FileID, recordPath(id.Key))
+		}
 	}
 	if exists {
 		switch rec.OnDelete {
@@ -381,9 +439,13 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	id, err := fileID(a.root, req.SubDir)
+	if err != nil {
+		return nil, err
+	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true}
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id}
 	if err := writeRecordExclusive(a.volumes, rec.Key(), rec); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			old, _ := readRecord(a.volumes, rec.Key())

@@ -304,3 +304,43 @@ func TestAdopt(t *testing.T) {
 		t.Error("removed a parent nfsdir did not create")
 	}
 }
+
+func TestReplacedDirectoryIsNeverDeleted(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	for _, policy := range []params.OnDelete{params.Delete, params.Archive} {
+		name := "v-" + string(policy)
+		rec, err := a.Create(ctx, req(name, name, policy))
+		if err != nil || rec.FileID == 0 {
+			t.Fatalf("create: %+v %v", rec, err)
+		}
+		// Someone moves the volume away and puts another directory there.
+		os.Rename(filepath.Join(dir, name), filepath.Join(dir, name+"-moved"))
+		os.Mkdir(filepath.Join(dir, name), 0o755)
+		os.WriteFile(filepath.Join(dir, name, "theirs"), []byte("x"), 0o600)
+		err = a.Delete(ctx, idOf(rec))
+		if !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "replaced") {
+			t.Errorf("%s: delete of a replaced directory: %v", policy, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name, "theirs")); err != nil {
+			t.Errorf("%s: the replacement was touched", policy)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name+"-moved")); err != nil {
+			t.Errorf("%s: the original was touched", policy)
+		}
+	}
+	// A retry of CreateVolume seals a record a crash left unsealed.
+	rec, _ := a.Create(ctx, req("w", "w", params.Delete))
+	unsealed := *rec
+	unsealed.FileID = 0
+	if err := rewriteRecord(a.volumes, rec.Key(), &unsealed); err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.Create(ctx, req("w", "w", params.Delete))
+	if err != nil || again.FileID != rec.FileID {
+		t.Errorf("retry did not seal: %+v %v", again, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, volumesDir)); len(ents) != 3 {
+		t.Errorf("records: %v (no temporary link may remain)", ents)
+	}
+}

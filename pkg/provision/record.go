@@ -39,12 +39,17 @@ const RecordVersion = 1
 // before the directory is created and removed only after the directory is
 // gone (or archived or retained), so a crash in between is retried safely.
 type Record struct {
-	Version       int             `json:"version"`
-	Name          string          `json:"name"`  // CSI volume name
-	Token         string          `json:"token"` // creation token, also in the volume ID
-	SubDir        string          `json:"subDir"`
-	Shared        bool            `json:"shared,omitempty"`
-	Adopted       bool            `json:"adopted,omitempty"` // handed over by `nfsdir adopt`
+	Version int    `json:"version"`
+	Name    string `json:"name"`  // CSI volume name
+	Token   string `json:"token"` // creation token, also in the volume ID
+	SubDir  string `json:"subDir"`
+	Shared  bool   `json:"shared,omitempty"`
+	Adopted bool   `json:"adopted,omitempty"` // handed over by `nfsdir adopt`
+	// FileID is the volume directory's inode number (NFS fileid), recorded
+	// once the directory exists: a directory at SubDir with another FileID
+	// is not the one nfsdir created, and is never deleted or archived. 0:
+	// not recorded (a crash before sealing).
+	FileID        uint64          `json:"fileID,omitempty"`
 	OnDelete      params.OnDelete `json:"onDelete"`
 	Mode          uint32          `json:"mode"`
 	UID           int             `json:"uid"` // -1: not changed
@@ -104,6 +109,33 @@ func writeRecordExclusive(volumes *os.Root, key string, r *Record) error {
 			err = le.Err
 		}
 		return onShare(err, "write volume record %s", recordPath(key))
+	}
+	return nil
+}
+
+// sealSuffix names the temporary link a record is rewritten through.
+const sealSuffix = ".seal"
+
+// rewriteRecord replaces the record under key with r atomically: the new
+// link is written under a temporary name and renamed over the old one.
+func rewriteRecord(volumes *os.Root, key string, r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := key + sealSuffix
+	if err := volumes.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return onShare(err, "remove stale %s", path.Join(volumesDir, tmp))
+	}
+	if err := volumes.Symlink(string(b), tmp); err != nil {
+		var le *os.LinkError
+		if errors.As(err, &le) {
+			err = le.Err
+		}
+		return onShare(err, "write volume record %s", path.Join(volumesDir, tmp))
+	}
+	if err := volumes.Rename(tmp, key); err != nil {
+		return onShare(err, "replace volume record %s", recordPath(key))
 	}
 	return nil
 }

@@ -285,3 +285,24 @@ func TestAdoptThenDelete(t *testing.T) {
 		t.Error("removed a parent nfsdir did not create")
 	}
 }
+
+// TestReplacedDirectoryIsNotDeleted: a volume's directory moved away and
+// another put at its path: DeleteVolume refuses, both are untouched.
+func TestReplacedDirectoryIsNotDeleted(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	v := c.Create(t, "pvc-replaced", params("onDelete", "delete"), lab.RWX())
+	lab.Sh(t, "mv "+onExport("pvc-replaced")+" "+onExport("pvc-replaced-orig")+" && mkdir "+onExport("pvc-replaced")+" && echo theirs > "+onExport("pvc-replaced/theirs"))
+	err := deleteErr(c, t, v.VolumeId)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "replaced") {
+		t.Errorf("delete of a replaced directory: %v", err)
+	}
+	if !exists(onExport("pvc-replaced/theirs")) || !exists(onExport("pvc-replaced-orig")) {
+		t.Error("a directory was touched")
+	}
+	lab.Sh(t, "rm -rf "+onExport("pvc-replaced")+" "+onExport("pvc-replaced-orig"))
+	if err := deleteErr(c, t, v.VolumeId); err != nil {
+		t.Errorf("delete once the directory is gone: %v", err)
+	}
+}
