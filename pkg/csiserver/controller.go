@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -36,125 +35,6 @@ type Controller struct {
 
 	areasMu sync.Mutex
 	areas   map[string]*openArea // by share mount point
-}
-
-// openArea is the provisioning Area of one mount of a share.
-type openArea struct {
-	share *sharemount.Share
-	area  *provision.Area
-}
-
-// area returns the mounted share and its provisioning Area, opening the Area
-// (and resuming the share's purges) when the share was (re)mounted. Without
-// create, a share with no metadata area gives provision.ErrNoArea and is
-// left untouched.
-func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.Options, create bool) (*provision.Area, *sharemount.Share, error) {
-	share, err := s.shares.Get(ctx, e, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.areasMu.Lock()
-	if oa := s.areas[share.Path]; oa != nil && oa.share == share {
-		s.areasMu.Unlock()
-		return oa.area, share, nil
-	}
-	s.areasMu.Unlock()
-	// Open without holding the lock: this touches the share, which may hang.
-	a, err := provision.OpenArea(share.Root(), create)
-	if err != nil {
-		return nil, share, err
-	}
-	s.areasMu.Lock()
-	defer s.areasMu.Unlock()
-	if oa := s.areas[share.Path]; oa != nil {
-		if oa.share == share { // another call opened it meanwhile
-			a.Close()
-			return oa.area, share, nil
-		}
-		oa.area.Close() // from an earlier mount of the share
-	}
-	if s.areas == nil {
-		s.areas = map[string]*openArea{}
-	}
-	s.areas[share.Path] = &openArea{share: share, area: a}
-	s.purger.Kick(s.bg, share.Path, a) // resume purges left by a restart
-	return a, share, nil
-}
-
-// bounded runs fn holding the lock of key until fn returns, but returns
-// when ctx ends even if fn does not: filesystem calls on a dead hard-mounted
-// server block in the kernel and cannot be cancelled. fn then finishes in
-// the background with the lock still held, so retries get Aborted instead
-// of piling up blocked goroutines, and the first retry after the server
-// returns gets the result (every operation is idempotent).
-func (s *Controller) bounded(ctx context.Context, key string, fn func() error) error {
-	if !s.locks.TryAcquire(key) {
-		return busy("volume " + key)
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer s.locks.Release(key)
-		done <- fn()
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fault.Wrap(fault.DeadlineExceeded, ctx.Err(), "the NFS server did not answer in time; the operation goes on in the background and a retry returns its result")
-	}
-}
-
-// onArea runs fn on the Area of the share (e, opts). When fn fails with a
-// stale handle (the server restarted or re-exported), it drops the cached
-// Area, has the share's health checked, which mounts it again if the mount
-// itself is stale, and runs fn once more.
-func (s *Controller) onArea(ctx context.Context, e export.Export, opts mountopts.Options, create bool, fn func(*provision.Area, *sharemount.Share) error) error {
-	for attempt := 0; ; attempt++ {
-		a, share, err := s.area(ctx, e, opts, create)
-		if err == nil {
-			err = fn(a, share)
-		}
-		if err == nil || !provision.IsStale(err) || attempt > 0 {
-			return err
-		}
-		klog.Warningf("share %s: %v; checking the mount and retrying", e, err)
-		if share != nil {
-			s.forget(share)
-			s.shares.Invalidate(share)
-		}
-	}
-}
-
-// forget drops the cached Area of share.
-func (s *Controller) forget(share *sharemount.Share) {
-	s.areasMu.Lock()
-	defer s.areasMu.Unlock()
-	if oa := s.areas[share.Path]; oa != nil && oa.share == share {
-		oa.area.Close()
-		delete(s.areas, share.Path)
-	}
-}
-
-// resume mounts every export this state directory has mounted before and
-// resumes its purges; run at start-up.
-func (s *Controller) resume() {
-	exps, opts := s.shares.Known()
-	for i, e := range exps {
-		ctx, cancel := context.WithTimeout(s.bg, 2*time.Minute)
-		if _, _, err := s.area(ctx, e, opts[i], false); err != nil && !errors.Is(err, provision.ErrNoArea) {
-			klog.Warningf("resuming work on %s: %v", e, err)
-		}
-		cancel()
-	}
-}
-
-func (s *Controller) closeAreas() {
-	s.areasMu.Lock()
-	defer s.areasMu.Unlock()
-	for k, oa := range s.areas {
-		oa.area.Close()
-		delete(s.areas, k)
-	}
 }
 
 var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
@@ -304,19 +184,6 @@ func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Le
 	}
 	return nil, status.Errorf(codes.FailedPrecondition,
 		"volume %q was not created by nfsdir (csi-driver-nfs ID for directory %q on %s); nfsdir never deletes a directory it did not create: delete the data by hand, or hand it over with `nfsdir adopt`", raw, l.SubDir, l.Export)
-}
-
-// onVolumeArea runs fn on the Area of the share a volume ID names, mounted
-// with the options the ID carries or refers to.
-func (s *Controller) onVolumeArea(ctx context.Context, id volumeid.ID, fn func(*provision.Area, *sharemount.Share) error) error {
-	opts, err := mountopts.Parse(id.Options)
-	if id.OptionsRef != "" {
-		opts, err = s.shares.LookupOptions(id.OptionsRef)
-	}
-	if err != nil {
-		return err
-	}
-	return s.onArea(ctx, id.Export, opts, false, fn)
 }
 
 // ValidateVolumeCapabilities confirms filesystem access of any mode.
