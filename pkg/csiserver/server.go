@@ -137,7 +137,15 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	d.serving.Store(false)
 	d.cancel() // stops background purges between batches
 	if d.purger != nil {
-		d.purger.Wait()
+		// A purge blocked in the kernel on a dead server cannot be
+		// stopped; it resumes at the next start.
+		waited := make(chan struct{})
+		go func() { d.purger.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(shutdownGrace):
+			klog.Warningf("background purges still blocked after %s; leaving them", shutdownGrace)
+		}
 	}
 	if d.shares != nil {
 		d.controller.closeAreas()
