@@ -264,15 +264,20 @@ func (s *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	sh, err := s.shares.Get(ctx, e, opts)
+	var available int64
+	err = s.bounded(ctx, "capacity of "+e.String(), func() error {
+		sh, err := s.shares.Get(ctx, e, opts)
+		if err != nil {
+			return err
+		}
+		u, err := s.shares.Usage(ctx, sh)
+		available = u.AvailableBytes
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	u, err := s.shares.Usage(ctx, sh)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &csi.GetCapacityResponse{AvailableCapacity: u.AvailableBytes}, nil
+	return &csi.GetCapacityResponse{AvailableCapacity: available}, nil
 }
 
 // checkCapabilities accepts filesystem ("mount") capabilities of any access
