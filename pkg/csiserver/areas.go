@@ -74,8 +74,9 @@ func (s *Controller) bounded(ctx context.Context, key string, fn func() error) e
 	}
 	done := make(chan error, 1)
 	go func() {
-		defer s.locks.Release(key)
-		done <- fn()
+		err := fn()
+		s.locks.Release(key) // before answering: an immediate retry must find it free
+		done <- err
 	}()
 	select {
 	case err := <-done:

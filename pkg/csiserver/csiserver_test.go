@@ -187,3 +187,36 @@ func TestNodePublishReadOnlyMismatchIsAlreadyExists(t *testing.T) {
 		t.Errorf("mount entry %+v", e)
 	}
 }
+
+// TestSequentialRetriesAreNeverAborted: a call that returned has released
+// its volume's lock, so the next call for the volume is served, not Aborted.
+func TestSequentialRetriesAreNeverAborted(t *testing.T) {
+	conn, _ := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	p := map[string]string{"server": "nfs.example", "share": "/export"}
+	for i := 0; i < 200; i++ {
+		r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-retry", Parameters: p, VolumeCapabilities: []*csi.VolumeCapability{rwx}})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: r.GetVolume().GetVolumeId()}); err != nil {
+			t.Fatalf("delete %d: %v", i, err)
+		}
+		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: r.GetVolume().GetVolumeId()}); err != nil {
+			t.Fatalf("delete again %d: %v", i, err)
+		}
+	}
+}
+
+func TestBoundedReleasesBeforeAnswering(t *testing.T) {
+	var c Controller
+	for i := 0; i < 20000; i++ {
+		if err := c.bounded(ctx, "v", func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if !c.locks.TryAcquire("v") {
+			t.Fatalf("round %d: lock still held after the call returned", i)
+		}
+		c.locks.Release("v")
+	}
+}

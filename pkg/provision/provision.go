@@ -344,7 +344,7 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 	if exists && !st.IsDir() {
 		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
 	}
-	if exists && rec.FileID != 0 {
+	if exists && rec.FileID != 0 && rec.OnDelete != params.Retain {
 		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != rec.FileID {
 			return fault.New(fault.FailedPrecondition, "directory %q is not the one nfsdir created for volume %q (it was replaced: fileid %d, recorded %d); nfsdir leaves it alone: delete it by hand, or hand it over with `nfsdir adopt` after removing the record %s", rec.SubDir, rec.Name, sys.Ino, rec.FileID, recordPath(id.Key))
 		}

@@ -329,6 +329,13 @@ func TestReplacedDirectoryIsNeverDeleted(t *testing.T) {
 			t.Errorf("%s: the original was touched", policy)
 		}
 	}
+	// Retain touches nothing, so a replaced directory does not block it.
+	kept, _ := a.Create(ctx, req("kept", "kept", params.Retain))
+	os.Rename(filepath.Join(dir, "kept"), filepath.Join(dir, "kept-moved"))
+	os.Mkdir(filepath.Join(dir, "kept"), 0o755)
+	if err := a.Delete(ctx, idOf(kept)); err != nil {
+		t.Errorf("retain of a replaced directory: %v", err)
+	}
 	// A retry of CreateVolume seals a record a crash left unsealed.
 	rec, _ := a.Create(ctx, req("w", "w", params.Delete))
 	unsealed := *rec
@@ -340,7 +347,7 @@ func TestReplacedDirectoryIsNeverDeleted(t *testing.T) {
 	if err != nil || again.FileID != rec.FileID {
 		t.Errorf("retry did not seal: %+v %v", again, err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(dir, volumesDir)); len(ents) != 3 {
+	if ents, _ := os.ReadDir(filepath.Join(dir, volumesDir)); len(ents) != 3 { // v-delete, v-archive, w
 		t.Errorf("records: %v (no temporary link may remain)", ents)
 	}
 }
