@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke
 
 all: build
 
@@ -29,8 +29,9 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nfsdir ./cmd/nfsdir
 
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
-## short fuzzing, then the real-NFS lab tests (csi-sanity and e2e in the qemu guest).
-test: check helm unit fuzz-short test-nfs
+## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), and the
+## container runtime smoke test of the end-to-end lab's images.
+test: check helm unit fuzz-short test-nfs e2e-smoke
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -119,6 +120,14 @@ lab-images: lab-deps
 	bin/k8s-tools/imagebuild -o bin/images/busybox.tar -tag lab.local/busybox:lab -entrypoint /bin/sh -tree bin/images/busybox-rootfs:/
 	if [ -x bin/k8s/csi-provisioner ]; then bin/k8s-tools/imagebuild -o bin/images/csi-provisioner.tar \
 		-tag lab.local/csi-provisioner:$(CSI_PROVISIONER_VERSION) -entrypoint /csi-provisioner -file bin/k8s/csi-provisioner:/csi-provisioner; fi
+
+## e2e-smoke: containerd and runc (Debian packages) in the lab guest import and run the
+## lab images: the first step of the Kubernetes end-to-end lab.
+e2e-smoke: lab-image lab-images
+	rm -rf bin/e2e-bin && mkdir -p bin/e2e-bin/images
+	tests/k8s/fetch-runtime.sh bin/e2e-bin
+	cp bin/images/*.tar bin/e2e-bin/images/
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-bin NFSDIR_E2E_SMOKE=1 $(GO) test -count=1 -v -run TestContainerdRunsLabImages -exec $(LAB) .
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
 manifests: $(HELM)
