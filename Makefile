@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e-controlplane
 
 all: build
 
@@ -128,6 +128,14 @@ e2e-smoke: lab-image lab-images
 	tests/k8s/fetch-runtime.sh bin/e2e-bin
 	cp bin/images/*.tar bin/e2e-bin/images/
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-bin NFSDIR_E2E_SMOKE=1 $(GO) test -count=1 -v -run TestContainerdRunsLabImages -exec $(LAB) .
+
+## e2e-controlplane: etcd and kube-apiserver (from make k8s-bins) start in the lab guest
+## and the API server reports ready.
+e2e-controlplane: lab-image
+	test -x bin/k8s/kube-apiserver -a -x bin/k8s/etcd || $(MAKE) k8s-bins
+	rm -rf bin/e2e-cp && mkdir -p bin/e2e-cp && cp bin/k8s/etcd bin/k8s/kube-apiserver bin/e2e-cp/
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-cp NFSDIR_E2E_CONTROLPLANE=1 NFSDIR_LAB_TIMEOUT=900 \
+		$(GO) test -count=1 -v -timeout 15m -run TestControlPlaneComesUp -exec $(LAB) .
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
 manifests: $(HELM)
