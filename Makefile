@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e-controlplane
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e-controlplane e2e-node
 
 all: build
 
@@ -136,6 +136,19 @@ e2e-controlplane: lab-image
 	rm -rf bin/e2e-cp && mkdir -p bin/e2e-cp && cp bin/k8s/etcd bin/k8s/kube-apiserver bin/e2e-cp/
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-cp NFSDIR_E2E_CONTROLPLANE=1 NFSDIR_LAB_TIMEOUT=900 \
 		$(GO) test -count=1 -v -timeout 15m -run TestControlPlaneComesUp -exec $(LAB) .
+
+## e2e-node: a single-node cluster (etcd, kube-apiserver, controller-manager, scheduler,
+## containerd with CRI and the CNI bridge, kubelet) comes up in the lab guest and the node
+## reports Ready.
+E2E_NODE_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
+e2e-node: lab-image lab-images
+	for b in $(E2E_NODE_BINS); do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
+	rm -rf bin/e2e-node && mkdir -p bin/e2e-node/images
+	tests/k8s/fetch-runtime.sh bin/e2e-node
+	for b in $(E2E_NODE_BINS); do cp bin/k8s/$$b bin/e2e-node/; done
+	cp bin/images/*.tar bin/e2e-node/images/
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-node NFSDIR_E2E_NODE=1 NFSDIR_LAB_TIMEOUT=1200 NFSDIR_LAB_MEM=3072 \
+		$(GO) test -count=1 -v -timeout 20m -run TestNodeBecomesReady -exec $(LAB) .
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
 manifests: $(HELM)

@@ -19,8 +19,8 @@ import (
 	"time"
 )
 
-// pki writes a CA and a serving certificate for the API server, and a
-// service-account key pair, into dir.
+// pki writes a CA (certificate and key), a serving certificate for the API
+// server, and a service-account key pair into dir.
 func pki(t *testing.T, dir string) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
@@ -51,6 +51,7 @@ func pki(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	write("ca.crt", "CERTIFICATE", caDER)
+	writeKey("ca.key", caKey)
 	srvKey := key()
 	srv := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),

@@ -71,7 +71,7 @@ for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$root/sbin/$
 kmod=$src/lib/modules/$kver
 [ -d "$kmod" ] || die "kernel package has no modules for $kver"
 busybox depmod -b "$src" "$kver"
-want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk)
+want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk overlay bridge veth br_netfilter dummy)
 declare -A mods=()
 add_mod() {
   local name=$1 line path dep
