@@ -252,4 +252,3 @@ resolvConf: ""
 		return false
 	}, "kubelet")
 }
-
