@@ -11,11 +11,13 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -88,7 +90,9 @@ func sh(t *testing.T, script string) {
 // TestNodeBecomesReady runs in the lab guest (make e2e-node, after make
 // k8s-bins and make lab-images): etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, containerd with its CRI plugin
-// and the CNI bridge, and the kubelet; the node must report Ready.
+// and the CNI bridge, and the kubelet; the node must report Ready, and a pod
+// on the pod network must write to the lab's NFS export through a volume
+// the kubelet mounts.
 func TestNodeBecomesReady(t *testing.T) {
 	if os.Getenv("NFSDIR_LAB") != "1" || os.Getenv("NFSDIR_E2E_NODE") != "1" {
 		t.Skip("runs in the lab guest: make e2e-node")
@@ -251,4 +255,38 @@ resolvConf: ""
 		}
 		return false
 	}, "kubelet")
+
+	// A pod on the pod network mounts the lab's NFS export through the
+	// kubelet (in-tree nfs volume) and writes to it.
+	post := func(path, body string) (int, string) {
+		resp, err := client.Post("https://127.0.0.1:6443"+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor("default service account", 3*time.Minute, func() bool {
+		c, _ := get("/api/v1/namespaces/default/serviceaccounts/default", nil)
+		return c == 200
+	}, "kube-controller-manager")
+	code, body := post("/api/v1/namespaces/default/pods", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nfs-writer"},
+ "spec":{"restartPolicy":"Never","containers":[{"name":"w","image":"lab.local/busybox:lab","imagePullPolicy":"Never",
+ "command":["/bin/sh","-c","echo written-by-a-pod > /data/pod-was-here"],"volumeMounts":[{"name":"d","mountPath":"/data"}]}],
+ "volumes":[{"name":"d","nfs":{"server":"192.0.2.10","path":"/export"}}]}}`)
+	if code != 201 {
+		t.Fatalf("create pod: %d %s", code, body)
+	}
+	var pod struct{ Status struct{ Phase string } }
+	waitFor("pod with an NFS volume Succeeded", 5*time.Minute, func() bool {
+		get("/api/v1/namespaces/default/pods/nfs-writer", &pod)
+		if pod.Status.Phase == "Failed" {
+			t.Fatalf("pod failed; kubelet log:\n%s", tail("kubelet"))
+		}
+		return pod.Status.Phase == "Succeeded"
+	}, "kubelet")
+	if b, err := os.ReadFile("/export/pod-was-here"); err != nil || string(b) != "written-by-a-pod\n" {
+		t.Errorf("the pod's write is not on the export: %q %v", b, err)
+	}
 }
