@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e-controlplane e2e-node e2e
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e-node e2e
 
 all: build
 
@@ -128,14 +128,6 @@ e2e-smoke: lab-image lab-images
 	tests/k8s/fetch-runtime.sh bin/e2e-bin
 	cp bin/images/*.tar bin/e2e-bin/images/
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-bin NFSDIR_E2E_SMOKE=1 $(GO) test -count=1 -v -run TestContainerdRunsLabImages -exec $(LAB) .
-
-## e2e-controlplane: etcd and kube-apiserver (from make k8s-bins) start in the lab guest
-## and the API server reports ready.
-e2e-controlplane: lab-image
-	test -x bin/k8s/kube-apiserver -a -x bin/k8s/etcd || $(MAKE) k8s-bins
-	rm -rf bin/e2e-cp && mkdir -p bin/e2e-cp && cp bin/k8s/etcd bin/k8s/kube-apiserver bin/e2e-cp/
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-cp NFSDIR_E2E_CONTROLPLANE=1 NFSDIR_LAB_TIMEOUT=900 \
-		$(GO) test -count=1 -v -timeout 15m -run TestControlPlaneComesUp -exec $(LAB) .
 
 ## e2e-node: a single-node cluster (etcd, kube-apiserver, controller-manager, scheduler,
 ## containerd with CRI and the CNI bridge, kubelet) comes up in the lab guest and the node

@@ -101,16 +101,6 @@ func (o Options) ForShare() Options {
 	return out
 }
 
-// Has reports whether the option name (with or without a value) is set.
-func (o Options) Has(name string) bool {
-	for _, opt := range o {
-		if n, _, _ := strings.Cut(opt, "="); n == name {
-			return true
-		}
-	}
-	return false
-}
-
 // String returns the options as a comma list, in order.
 func (o Options) String() string { return strings.Join(o, ",") }
 

@@ -45,9 +45,6 @@ func OpenArea(root *os.Root, create bool) (*Area, error) {
 	return &Area{root: root, volumes: volumes}, nil
 }
 
-// Root returns the share root.
-func (a *Area) Root() *os.Root { return a.root }
-
 // Close releases the Area's own handles (not the share root).
 func (a *Area) Close() error { return a.volumes.Close() }
 

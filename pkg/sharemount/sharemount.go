@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -236,25 +235,6 @@ func (m *Manager) Count() int {
 		}
 	}
 	return n
-}
-
-// Shares returns the currently mounted shares.
-func (m *Manager) Shares() []*Share {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []*Share
-	for _, en := range m.entries {
-		select {
-		case en.sem <- struct{}{}:
-			if en.share != nil {
-				out = append(out, en.share)
-			}
-			<-en.sem
-		default: // busy: being (re)mounted; skip this round
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
 }
 
 // Usable reports whether the state directory can be written; Probe uses it.

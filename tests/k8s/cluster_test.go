@@ -1,18 +1,11 @@
 package k8s
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,64 +14,6 @@ import (
 	"testing"
 	"time"
 )
-
-// clientCert signs a client certificate for cn/org with the lab CA in dir
-// and writes a kubeconfig for it, returning its path.
-func clientCert(t *testing.T, dir, name, cn, org string) string {
-	t.Helper()
-	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
-	caKeyPEM, _ := os.ReadFile(filepath.Join(dir, "ca.key"))
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(caKeyPEM)
-	ca, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	subj := pkix.Name{CommonName: cn}
-	if org != "" {
-		subj.Organization = []string{org}
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: subj,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalPKCS8PrivateKey(k)
-	os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
-	b64 := func(typ string, d []byte) string {
-		return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: d}))
-	}
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: lab
-  cluster:
-    server: https://127.0.0.1:6443
-    certificate-authority-data: %s
-users:
-- name: %s
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: lab
-  context: {cluster: lab, user: %s}
-current-context: lab
-`, base64.StdEncoding.EncodeToString(caPEM), name, b64("CERTIFICATE", der), b64("PRIVATE KEY", keyDER), name)
-	p := filepath.Join(dir, name+".kubeconfig")
-	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func sh(t *testing.T, script string) {
 	t.Helper()
@@ -113,11 +48,11 @@ func TestNodeBecomesReady(t *testing.T) {
 	sh(t, "ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy; ip addr add 192.0.2.10/24 dev dummy0 && ip link set dummy0 up && ip route add default dev dummy0")
 	sh(t, "mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && echo '+cpuset +cpu +io +memory +pids' > /sys/fs/cgroup/cgroup.subtree_control")
 	sh(t, "echo 1 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables || true")
-	pki(t, dir)
-	clientCert(t, dir, "admin", "lab-admin", "system:masters")
-	cm := clientCert(t, dir, "controller-manager", "system:kube-controller-manager", "")
-	sched := clientCert(t, dir, "scheduler", "system:kube-scheduler", "")
-	kubelet := clientCert(t, dir, "kubelet", "system:node:lab-node", "system:nodes")
+	pki := newPKI(t, dir)
+	pki.kubeconfig(t, "admin", "lab-admin", "system:masters")
+	cm := pki.kubeconfig(t, "controller-manager", "system:kube-controller-manager", "")
+	sched := pki.kubeconfig(t, "scheduler", "system:kube-scheduler", "")
+	kubelet := pki.kubeconfig(t, "kubelet", "system:node:lab-node", "system:nodes")
 	stage("certificates")
 
 	logf := func(name string) *os.File { f, _ := os.Create(filepath.Join(dir, name+".log")); return f }
