@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e-node e2e
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e e2e-storage
 
 all: build
 
@@ -84,6 +84,8 @@ demo: lab-image
 ## k8s-bins: Kubernetes $(K8S_VERSION) binaries for the end-to-end lab, built from the
 ## module proxy in the pinned wrapper module tests/k8s/bins (~6 min from an empty cache).
 K8S_VERSION := v1.35.4
+# The agnhost image the v1.35 storage e2e suite names (test/utils/image/manifest.go).
+E2E_AGNHOST := registry.k8s.io/e2e-test-images/agnhost:2.59
 K8S_BINS := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
@@ -92,6 +94,8 @@ CSI_PROVISIONER_VERSION := v5.3.0
 k8s-bins:
 	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
 	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
+	cd tests/k8s/bins && $(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/agnhost k8s.io/kubernetes/test/images/agnhost && \
+		$(GO) test -c -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/e2e.test k8s.io/kubernetes/test/e2e
 	cd tests/k8s/etcd && grep -q 'go.etcd.io/etcd/server/v3 $(ETCD_VERSION)' go.mod && \
 		$(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/etcd go.etcd.io/etcd/server/v3
 	cd tests/k8s/sidecars/provisioner && grep -q 'external-provisioner/v5 $(CSI_PROVISIONER_VERSION)' go.mod && \
@@ -118,6 +122,11 @@ lab-images: lab-deps
 	rm -rf bin/images/busybox-rootfs && mkdir -p bin/images/busybox-rootfs/bin && cp $$(command -v busybox) bin/images/busybox-rootfs/bin/busybox && \
 		for a in $$(busybox --list); do [ -e bin/images/busybox-rootfs/bin/$$a ] || ln -s busybox bin/images/busybox-rootfs/bin/$$a; done
 	bin/k8s-tools/imagebuild -o bin/images/busybox.tar -tag lab.local/busybox:lab -entrypoint /bin/sh -tree bin/images/busybox-rootfs:/
+	rm -rf bin/images/nfs-server-rootfs && tests/k8s/images/nfs-server/rootfs.sh bin/images/nfs-server-rootfs
+	bin/k8s-tools/imagebuild -o bin/images/nfs-server.tar -tag lab.local/nfs-server:lab -entrypoint /nfs-server \
+		-tree bin/images/nfs-server-rootfs:/
+	if [ -x bin/k8s/agnhost ]; then bin/k8s-tools/imagebuild -o bin/images/agnhost.tar -tag $(E2E_AGNHOST) \
+		-entrypoint /agnhost -file bin/k8s/agnhost:/agnhost -tree bin/images/busybox-rootfs:/; fi
 	if [ -x bin/k8s/csi-provisioner ]; then bin/k8s-tools/imagebuild -o bin/images/csi-provisioner.tar \
 		-tag lab.local/csi-provisioner:$(CSI_PROVISIONER_VERSION) -entrypoint /csi-provisioner -file bin/k8s/csi-provisioner:/csi-provisioner; fi
 
@@ -129,21 +138,40 @@ e2e-smoke: lab-image lab-images
 	cp bin/images/*.tar bin/e2e-bin/images/
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-bin NFSDIR_E2E_SMOKE=1 $(GO) test -count=1 -v -run TestContainerdRunsLabImages -exec $(LAB) .
 
-## e2e-node: a single-node cluster (etcd, kube-apiserver, controller-manager, scheduler,
-## containerd with CRI and the CNI bridge, kubelet) comes up in the lab guest and the node
-## reports Ready.
-E2E_NODE_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
-e2e-node: lab-image lab-images
-	for b in $(E2E_NODE_BINS); do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
-	rm -rf bin/e2e-node && mkdir -p bin/e2e-node/images
-	tests/k8s/fetch-runtime.sh bin/e2e-node
-	for b in $(E2E_NODE_BINS); do cp bin/k8s/$$b bin/e2e-node/; done
-	cp bin/images/*.tar bin/e2e-node/images/
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-node NFSDIR_E2E_NODE=1 NFSDIR_LAB_TIMEOUT=1200 NFSDIR_LAB_MEM=3072 \
-		$(GO) test -count=1 -v -timeout 20m -run TestNodeBecomesReady -exec $(LAB) .
+## e2e: the Kubernetes end-to-end lab. A single-node cluster (etcd, kube-apiserver,
+## controller-manager, scheduler, containerd with CRI and the CNI bridge, kubelet) in the
+## lab guest, an NFS server pod, nfsdir installed with `helm install` of charts/nfsdir
+## (image overrides only), and the workload scenarios of tests/k8s/driver_test.go.
+E2E_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
+E2E_RUN ?= TestDriverOnKubernetes
+E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=4096
+# e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
+define e2e-payload
+	for b in $(E2E_BINS) csi-provisioner e2e.test agnhost; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
+	$(MAKE) lab-images
+	rm -rf $(1) && mkdir -p $(1)/images $(1)/chart
+	tests/k8s/fetch-runtime.sh $(1)
+	for b in $(E2E_BINS); do cp bin/k8s/$$b $(1)/; done
+	cp $(HELM) $(1)/helm
+	cp -r charts/nfsdir $(1)/chart/ && cp -r deploy/example $(1)/example
+	cp bin/images/*.tar $(1)/images/
+endef
+e2e: lab-image $(HELM)
+	$(call e2e-payload,bin/e2e)
+	rm bin/e2e/images/agnhost.tar
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
 
-## e2e: the Kubernetes end-to-end lab as far as it goes today (see README); not in `make test`.
-e2e: e2e-node
+## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
+## External Storage tests for nfsdir.csi.io) on the same lab cluster. The JUnit report
+## lands in bin/e2e-storage-out. NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP narrow the selection.
+e2e-storage: lab-image $(HELM)
+	$(call e2e-payload,bin/e2e-storage)
+	cp bin/k8s/e2e.test bin/e2e-storage/
+	rm -rf bin/e2e-storage-out
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-storage-out $(E2E_ENV) \
+		NFSDIR_E2E_STORAGE=1 NFSDIR_LAB_TIMEOUT=10800 \
+		$(GO) test -count=1 -v -timeout 185m -run TestKubernetesStorageSuite -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-storage.log; exit $${PIPESTATUS[0]}
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
 manifests: $(HELM)

@@ -8,6 +8,7 @@ package params
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,10 +33,14 @@ const (
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
-	// kubeletPrefix starts the keys kubelet adds to volume attributes
-	// (pod info, ephemeral flag); they are accepted and ignored.
-	kubeletPrefix = "csi.storage.k8s.io/"
 )
+
+// kubernetesPrefixes start the keys Kubernetes components add on their own:
+// csi.storage.k8s.io/ (kubelet's pod info and ephemeral flag, the
+// provisioner's PVC/PV metadata) and storage.kubernetes.io/ (the
+// provisioner's csiProvisionerIdentity in every PV it creates). They are
+// accepted and ignored.
+var kubernetesPrefixes = []string{"csi.storage.k8s.io/", "storage.kubernetes.io/"}
 
 // OnDelete is what DeleteVolume does with a volume's directory.
 type OnDelete string
@@ -165,7 +170,7 @@ func ParseVolume(attrs map[string]string) (Volume, error) {
 }
 
 // lower returns p with lower-case keys, failing on a key not in known
-// (kubelet's csi.storage.k8s.io/ keys aside) and on keys given twice in
+// (keys of kubernetesPrefixes aside) and on keys given twice in
 // different case.
 func lower(p map[string]string, known ...string) (map[string]string, error) {
 	ok := map[string]bool{}
@@ -181,7 +186,7 @@ func lower(p map[string]string, known ...string) (map[string]string, error) {
 	for _, k := range keys {
 		lk := strings.ToLower(k)
 		if !ok[lk] {
-			if strings.HasPrefix(lk, kubeletPrefix) {
+			if slices.ContainsFunc(kubernetesPrefixes, func(pre string) bool { return strings.HasPrefix(lk, pre) }) {
 				continue
 			}
 			return nil, fmt.Errorf("unknown parameter %q; known parameters: server, share, subDir, mountPermissions, onDelete, uid, gid, allowSharedSubDir", k)

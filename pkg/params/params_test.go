@@ -60,6 +60,13 @@ func TestParseVolume(t *testing.T) {
 	if err != nil || v.Export.Source(v.SubDir) != "10.0.0.1:/e/a/b" || v.MountOptions.String() != "nfsvers=3,hard" {
 		t.Errorf("ParseVolume = %+v, %v", v, err)
 	}
+	// What csi-provisioner stores in every PV it creates, besides the
+	// volume context CreateVolume returned.
+	prov, err := ParseVolume(map[string]string{"server": "s", "share": "/e", "subDir": "d",
+		"storage.kubernetes.io/csiProvisionerIdentity": "1764465000000-8081-nfsdir.csi.io"})
+	if err != nil || prov.Export.Source(prov.SubDir) != "s:/e/d" {
+		t.Errorf("attributes of a provisioned PV: %+v, %v", prov, err)
+	}
 	root, err := ParseVolume(map[string]string{"server": "s", "share": "/e"})
 	if err != nil || root.SubDir != "" {
 		t.Errorf("static root = %+v, %v", root, err)

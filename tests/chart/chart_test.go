@@ -390,3 +390,16 @@ func TestTwoReleasesSideBySide(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectNames: objects are named after the release, without saying
+// nfsdir twice when the release name already does.
+func TestObjectNames(t *testing.T) {
+	for release, want := range map[string]string{"nfsdir": "nfsdir", "my-nfsdir": "my-nfsdir", "storage": "storage-nfsdir"} {
+		r := render(t, release, nil)
+		for _, n := range []string{"Deployment/kube-system/" + want + "-controller", "DaemonSet/kube-system/" + want + "-node"} {
+			if r.names[n] != 1 {
+				t.Errorf("release %s: no %s among %v", release, n, r.names)
+			}
+		}
+	}
+}

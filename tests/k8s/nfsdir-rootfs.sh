@@ -16,5 +16,7 @@ copy_with_libs "$work/tree" "$dest" sbin/mount.nfs bin/mount bin/umount
 for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$dest/sbin/$link"; done
 mkdir -p "$dest/etc" "$dest/tmp" "$dest/var/lib/nfs" "$dest/run"
 cp "$work/tree/etc/netconfig" "$dest/etc/netconfig"
+# The RPC programs look their ports up by service name.
+printf '%s\n' 'sunrpc 111/tcp portmapper' 'sunrpc 111/udp portmapper' 'nfs 2049/tcp' 'nfs 2049/udp' >"$dest/etc/services"
 printf 'root:x:0:0:root:/root:/nonexistent\n' >"$dest/etc/passwd"
 printf 'root:x:0:\n' >"$dest/etc/group"

@@ -94,7 +94,7 @@ func (p *labPKI) issue(t *testing.T, name string, tmpl *x509.Certificate) (cert,
 }
 
 // kubeconfig issues a client certificate for cn (in group org, if any) and
-// writes name.kubeconfig for the API server on 127.0.0.1:6443.
+// writes name.kubeconfig for the API server on 127.0.0.1:443.
 func (p *labPKI) kubeconfig(t *testing.T, name, cn, org string) string {
 	t.Helper()
 	subj := pkix.Name{CommonName: cn}
@@ -110,7 +110,7 @@ kind: Config
 clusters:
 - name: lab
   cluster:
-    server: https://127.0.0.1:6443
+    server: https://127.0.0.1:443
     certificate-authority-data: %s
 users:
 - name: %s

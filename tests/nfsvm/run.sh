@@ -8,7 +8,9 @@
 # The binary runs as root in the guest with a kernel NFS server on 127.0.0.1
 # exporting /export (no_root_squash) and /export-squash (root_squash), and
 # NFSDIR_LAB=1 in its environment. Environment variables named NFSDIR_* are
-# passed through. Files under $NFSDIR_LAB_BIN (a directory) are copied to
+# passed through. With NFSDIR_LAB_NFS_SERVER=off the guest starts no NFS
+# server (the kernel modules are still loaded): the Kubernetes lab serves
+# its export from a pod. Files under $NFSDIR_LAB_BIN (a directory) are copied to
 # /work/bin, which is on PATH. The package's testdata directory, if the
 # current directory has one, is copied next to the binary (go test runs the
 # binary in the package directory).
@@ -31,6 +33,7 @@ mkdir -p "$tmp/payload/pkg" "$tmp/payload/bin"
 cp "$bin" "$tmp/payload/pkg/$(basename "$bin")"
 [ -d testdata ] && cp -r testdata "$tmp/payload/pkg/testdata"
 if [ -n "${NFSDIR_LAB_BIN:-}" ]; then cp -a "$NFSDIR_LAB_BIN"/. "$tmp/payload/bin/"; fi
+[ "${NFSDIR_LAB_NFS_SERVER:-on}" = off ] && touch "$tmp/payload/no-nfs-server"
 {
   echo "cd /work/pkg || exit 126"
   while IFS='=' read -r name _; do

@@ -1,6 +1,11 @@
-{{/* Base name of every object of this release. */}}
+{{/* Base name of every object of this release: the release name, with
+"-nfsdir" appended unless it already says nfsdir. */}}
 {{- define "nfsdir.fullname" -}}
+{{- if contains "nfsdir" .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
 {{- printf "%s-nfsdir" .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels on every object. */}}

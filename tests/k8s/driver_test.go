@@ -1,0 +1,429 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+const (
+	driverName = "nfsdir.csi.io"
+	release    = "nfsdir"
+	driverNS   = "kube-system"
+	// serverDir is the node directory the NFS server pod exports as
+	// /exports: what the driver did on the server shows here.
+	serverDir = "/srv/nfs"
+)
+
+// TestDriverOnKubernetes runs in the lab guest (make e2e): a single-node
+// cluster, an NFS server pod, nfsdir installed with the Helm chart, and the
+// workloads operators run on it.
+func TestDriverOnKubernetes(t *testing.T) {
+	if os.Getenv("NFSDIR_LAB") != "1" || os.Getenv("NFSDIR_E2E_K8S") != "1" {
+		t.Skip("runs in the lab guest: make e2e")
+	}
+	c := startCluster(t)
+	c.startNFSServer()
+	c.installDriver()
+	steps := []struct {
+		name string
+		run  func(*cluster)
+	}{
+		{"ReadWriteManyDeployment", (*cluster).readWriteMany},
+		{"NonRootPodWithFSGroup", (*cluster).nonRootWithFSGroup},
+		{"ReadOnlyPod", (*cluster).readOnlyPod},
+		{"OnDeletePolicies", (*cluster).onDeletePolicies},
+		{"StaticVolume", (*cluster).staticVolume},
+		{"NodePluginRestart", (*cluster).nodePluginRestart},
+		{"HelmUpgrade", (*cluster).helmUpgrade},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) { s.run(c.in(t)) })
+	}
+}
+
+// in returns the cluster seen from a subtest: failures end the subtest.
+func (c *cluster) in(t *testing.T) *cluster {
+	cc := *c
+	cc.t = t
+	return &cc
+}
+
+func (c *cluster) testdata(name string) string { return c.manifest(filepath.Join("testdata", name)) }
+func (c *cluster) example(name string) string {
+	return c.manifest(filepath.Join(c.bin, "example", name))
+}
+
+// startNFSServer serves serverDir from the NFS server pod and proves it
+// with a mount from the node.
+func (c *cluster) startNFSServer() {
+	sh(c.t, "mkdir -p "+serverDir+" && mount -t tmpfs -o size=1g,mode=0755 exports "+serverDir)
+	c.create(c.testdata("nfs-server.yaml"))
+	c.podsReady("NFS server pod Ready", "default", "app=nfs-server", 1, 3*time.Minute)
+	sh(c.t, "mkdir -p /mnt/check && mount -t nfs -o vers=4.2 "+nodeIP+":/exports /mnt/check && "+
+		"echo ok > /mnt/check/.served && umount /mnt/check && rm "+serverDir+"/.served")
+	c.stage("NFS server pod serves " + nodeIP + ":/exports")
+}
+
+// installDriver installs the chart with only the images overridden, and
+// waits until the controller and the node plugin run and the kubelet lists
+// the driver on its CSINode.
+func (c *cluster) installDriver() {
+	began := time.Now()
+	out := c.helm(append([]string{"install", release, filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS}, labImageValues()...)...)
+	c.stage(fmt.Sprintf("helm install returned after %.1fs", time.Since(began).Seconds()))
+	if !strings.Contains(out, "STATUS: deployed") {
+		c.t.Fatalf("helm install:\n%s", out)
+	}
+	c.driverRunning("driver running")
+}
+
+// labImageValues are the helm values that point the chart at the images
+// imported into the lab's containerd.
+func labImageValues() []string {
+	return []string{
+		"--set", "image.nfsdir.repository=lab.local/nfsdir", "--set", "image.nfsdir.tag=lab",
+		"--set", "image.csiProvisioner.repository=lab.local/csi-provisioner",
+		"--set", "image.livenessProbe.repository=lab.local/livenessprobe", "--set", "image.livenessProbe.tag=lab",
+		"--set", "image.nodeDriverRegistrar.repository=lab.local/csi-node-driver-registrar", "--set", "image.nodeDriverRegistrar.tag=lab",
+	}
+}
+
+// driverRunning waits for one Ready controller pod, one Ready node pod and
+// the driver on the node's CSINode, and returns the node pod.
+func (c *cluster) driverRunning(what string) corev1.Pod {
+	c.podsReady(what+": controller", driverNS, "app.kubernetes.io/component=controller", 1, 5*time.Minute)
+	node := c.podsReady(what+": node plugin", driverNS, "app.kubernetes.io/component=node", 1, 5*time.Minute)[0]
+	c.waitFor(what+": CSINode lists "+driverName, 3*time.Minute, func() (bool, error) {
+		n, err := c.kube.StorageV1().CSINodes().Get(context.Background(), nodeName, metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		for _, d := range n.Spec.Drivers {
+			if d.Name == driverName {
+				return d.NodeID == nodeName, fmt.Errorf("node ID %q", d.NodeID)
+			}
+		}
+		return false, fmt.Errorf("drivers: %v", n.Spec.Drivers)
+	}, "kubelet")
+	return node
+}
+
+// boundPV waits until a claim is bound and returns its volume.
+func (c *cluster) boundPV(ns, claim string) *corev1.PersistentVolume {
+	c.t.Helper()
+	var pvName string
+	c.waitFor("claim "+claim+" Bound", 3*time.Minute, func() (bool, error) {
+		pvc, err := c.kube.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), claim, metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		pvName = pvc.Spec.VolumeName
+		return pvc.Status.Phase == corev1.ClaimBound, fmt.Errorf("phase %s", pvc.Status.Phase)
+	})
+	pv, err := c.kube.CoreV1().PersistentVolumes().Get(context.Background(), pvName, metav1GetOptions)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driverName {
+		c.t.Fatalf("volume %s is not an %s volume: %+v", pvName, driverName, pv.Spec.PersistentVolumeSource)
+	}
+	return pv
+}
+
+// readWriteMany: the example StorageClass (subDir template
+// ${pvc.metadata.namespace}/${pvc.metadata.name}, mountOptions nfsvers=4.1)
+// and claim; two pods of a Deployment each see the other's write; scaled to
+// zero and back, the new pods find the old data.
+func (c *cluster) readWriteMany() {
+	c.create(c.example("storageclass.yaml"))
+	c.create(c.example("pvc.yaml"))
+	pv := c.boundPV("default", "shared-data")
+	dir := filepath.Join(serverDir, "default", "shared-data")
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		c.t.Fatalf("the templated directory %s is not on the server: %v", dir, err)
+	}
+	c.create(c.testdata("rwx.yaml"))
+	first := c.podsReady("2 pods of the RWX Deployment Ready", "default", "app=rwx", 2, 5*time.Minute)
+	c.seenBy(dir, first, 2)
+	for _, p := range first {
+		m := mounts(string(p.UID), pv.Name)
+		if len(m) != 1 || !strings.Contains(m[0], " nfs4 ") || !strings.Contains(m[0], "vers=4.1") ||
+			!strings.Contains(m[0], nodeIP+":/exports/default/shared-data") {
+			c.t.Errorf("pod %s: want one nfs4 vers=4.1 mount of the volume (StorageClass mountOptions), the node has %q", p.Name, m)
+		}
+	}
+	c.scale("rwx", 0)
+	c.waitFor("RWX Deployment scaled to 0", 3*time.Minute, func() (bool, error) {
+		n := len(c.pods("default", "app=rwx"))
+		return n == 0, fmt.Errorf("%d pods", n)
+	})
+	for _, p := range first {
+		if m := mounts(string(p.UID)); len(m) != 0 {
+			c.t.Errorf("pod %s is gone but its mounts stay: %q", p.Name, m)
+		}
+	}
+	c.scale("rwx", 2)
+	second := c.podsReady("RWX Deployment back at 2", "default", "app=rwx", 2, 5*time.Minute)
+	seen := c.seenBy(dir, second, 4)
+	for _, p := range first {
+		if !slices.Contains(seen, p.Name) {
+			c.t.Errorf("after scaling back, the data of %s is gone: the new pods saw %v", p.Name, seen)
+		}
+	}
+}
+
+// seenBy waits until every pod has recorded (in dir/seen/<pod>) at least n
+// names in dir/hosts, and returns the names the last pod saw.
+func (c *cluster) seenBy(dir string, pods []corev1.Pod, n int) []string {
+	c.t.Helper()
+	var names []string
+	for _, p := range pods {
+		c.waitFor(p.Name+" saw its peers' writes", 2*time.Minute, func() (bool, error) {
+			b, err := os.ReadFile(filepath.Join(dir, "seen", p.Name))
+			if err != nil {
+				return false, err
+			}
+			names = strings.Fields(string(b))
+			return len(names) >= n && slices.Contains(names, p.Name), fmt.Errorf("saw %v", names)
+		}, "kubelet")
+	}
+	return names
+}
+
+func (c *cluster) scale(deployment string, replicas int32) {
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
+	if _, err := c.kube.AppsV1().Deployments("default").Patch(context.Background(), deployment, types.MergePatchType,
+		[]byte(patch), metav1.PatchOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// nonRootWithFSGroup: the example Deployment (uid 1000, fsGroup 1000) on the
+// same claim: both replicas append to one file as a non-root user, which
+// the kubelet allows by giving the volume the pod's fsGroup (the CSIDriver's
+// fsGroupPolicy File).
+func (c *cluster) nonRootWithFSGroup() {
+	c.create(c.example("deployment.yaml"))
+	pods := c.podsReady("2 non-root writers Ready", "default", "app=shared-writer", 2, 5*time.Minute)
+	log := filepath.Join(serverDir, "default", "shared-data", "log.txt")
+	c.waitFor("both non-root writers wrote", 2*time.Minute, func() (bool, error) {
+		b, err := os.ReadFile(log)
+		for _, p := range pods {
+			if !strings.Contains(string(b), p.Name+" ") {
+				return false, fmt.Errorf("no line from %s: %v", p.Name, err)
+			}
+		}
+		return true, nil
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(log, &st); err != nil || st.Uid != 1000 || st.Gid != 1000 {
+		c.t.Errorf("log.txt on the server: uid %d gid %d (%v), want 1000/1000", st.Uid, st.Gid, err)
+	}
+	var dirSt syscall.Stat_t
+	syscall.Stat(filepath.Dir(log), &dirSt)
+	if dirSt.Gid != 1000 || dirSt.Mode&syscall.S_ISGID == 0 {
+		c.t.Errorf("volume directory: gid %d mode %o, want the fsGroup 1000 and setgid", dirSt.Gid, dirSt.Mode)
+	}
+	c.scale("shared-writer", 0)
+}
+
+// readOnlyPod: a pod mounting the claim read-only reads, cannot write, and
+// the node's mount for it is read-only.
+func (c *cluster) readOnlyPod() {
+	made := c.create(c.testdata("readonly-pod.yaml"))
+	c.podSucceeded("default", "read-only", 5*time.Minute)
+	if m := mounts(string(made[0].GetUID()), "kubernetes.io~csi"); len(m) != 1 || !strings.Contains(m[0], " ro,") {
+		c.t.Errorf("the read-only pod's volume mount on the node: %q, want one read-only mount", m)
+	}
+	if _, err := os.Stat(filepath.Join(serverDir, "default", "shared-data", "written-through-ro")); err == nil {
+		c.t.Error("a write through the read-only volume reached the server")
+	}
+}
+
+// onDeletePolicies: reclaimPolicy Delete with onDelete delete, retain and
+// archive: the volumes go away, and the directories are removed, kept, or
+// renamed to archived-<subDir>.
+func (c *cluster) onDeletePolicies() {
+	c.create(c.testdata("ondelete.yaml"))
+	claims := []string{"by-delete", "by-retain", "by-archive"}
+	pvs := map[string]string{}
+	for _, claim := range claims {
+		pvs[claim] = c.boundPV("default", claim).Name
+		dir := filepath.Join(serverDir, "policy", claim)
+		if err := os.WriteFile(filepath.Join(dir, "data"), []byte(claim), 0o644); err != nil {
+			c.t.Fatalf("the directory of %s is not on the server: %v", claim, err)
+		}
+		if err := c.kube.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), claim, metav1.DeleteOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	for _, claim := range claims {
+		c.waitFor("volume of "+claim+" deleted", 3*time.Minute, func() (bool, error) {
+			_, err := c.kube.CoreV1().PersistentVolumes().Get(context.Background(), pvs[claim], metav1GetOptions)
+			return apierrors.IsNotFound(err), err
+		}, "kubelet")
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	if d := filepath.Join(serverDir, "policy", "by-delete"); exists(d) {
+		c.t.Errorf("onDelete delete: %s still exists", d)
+	}
+	if b, err := os.ReadFile(filepath.Join(serverDir, "policy", "by-retain", "data")); err != nil || string(b) != "by-retain" {
+		c.t.Errorf("onDelete retain: the data is not kept: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(serverDir, "archived-policy-by-archive", "data")); err != nil || string(b) != "by-archive" {
+		entries, _ := os.ReadDir(serverDir)
+		c.t.Errorf("onDelete archive: archived-policy-by-archive/data: %q %v (share holds %v)", b, err, entries)
+	}
+	if d := filepath.Join(serverDir, "policy", "by-archive"); exists(d) {
+		c.t.Errorf("onDelete archive: %s is still in place", d)
+	}
+}
+
+// staticVolume: the example static PV/PVC naming a directory the server
+// already had; a pod reads it; deleting the pod, claim and volume leaves the
+// directory alone (nfsdir did not create it).
+func (c *cluster) staticVolume() {
+	dir := filepath.Join(serverDir, "existing-data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "hello"), []byte("hello-from-the-server\n"), 0o644)
+	c.create(c.example("static-pv.yaml"))
+	c.boundPV("default", "existing-data")
+	c.create(c.testdata("static-reader.yaml"))
+	c.podSucceeded("default", "static-reader", 5*time.Minute)
+	ctx := context.Background()
+	c.kube.CoreV1().Pods("default").Delete(ctx, "static-reader", metav1.DeleteOptions{})
+	c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "existing-data", metav1.DeleteOptions{})
+	c.kube.CoreV1().PersistentVolumes().Delete(ctx, "existing-data", metav1.DeleteOptions{})
+	c.waitFor("static volume deleted", 2*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, "existing-data", metav1GetOptions)
+		return apierrors.IsNotFound(err), err
+	})
+	if _, err := os.Stat(filepath.Join(dir, "hello")); err != nil {
+		c.t.Errorf("the static volume's directory lost its data: %v", err)
+	}
+}
+
+// nodePluginRestart: the node plugin pod is deleted while a pod writes to
+// a volume five times a second; the writer sees no error, and once the
+// DaemonSet's new pod registers, a new claim is provisioned and mounted.
+func (c *cluster) nodePluginRestart() {
+	c.create(c.testdata("writer.yaml"))
+	c.podsReady("writer Running", "default", "app=writer", 1, 3*time.Minute)
+	c.writerProgresses("writer writes")
+	old := c.pods(driverNS, "app.kubernetes.io/component=node")
+	for _, p := range old {
+		if err := c.kube.CoreV1().Pods(driverNS).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	c.waitFor("old node plugin pod gone", 3*time.Minute, func() (bool, error) {
+		for _, p := range c.pods(driverNS, "app.kubernetes.io/component=node") {
+			if p.UID == old[0].UID {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	c.driverRunning("node plugin replaced")
+	c.writerProgresses("writer still writes after the node plugin restart")
+	c.freshClaim("after-restart")
+}
+
+// writerProgresses checks that the writer pod runs without restarts and its
+// log on the server grows by at least 10 lines.
+func (c *cluster) writerProgresses(what string) {
+	c.t.Helper()
+	log := filepath.Join(serverDir, "default", "shared-data", "writer.log")
+	lines := func() int { b, _ := os.ReadFile(log); return strings.Count(string(b), "\n") }
+	from := lines()
+	c.waitFor(what, 2*time.Minute, func() (bool, error) {
+		p, err := c.kube.CoreV1().Pods("default").Get(context.Background(), "writer", metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			c.t.Fatalf("writer stopped:\n%s", c.describePod(p))
+		}
+		n := lines()
+		return n >= from+10, fmt.Errorf("%d lines, from %d", n, from)
+	})
+}
+
+// freshClaim provisions a new claim with the example StorageClass and has
+// a pod write to it.
+func (c *cluster) freshClaim(name string) {
+	c.t.Helper()
+	c.create(strings.ReplaceAll(c.testdata("fresh-claim.yaml"), "NAME", name))
+	c.podSucceeded("default", name, 5*time.Minute)
+	b, err := os.ReadFile(filepath.Join(serverDir, "default", name, "proof"))
+	if err != nil || string(b) != "written-by-"+name+"\n" {
+		c.t.Errorf("%s: the pod's write is not on the server: %q %v", name, b, err)
+	}
+}
+
+// helmUpgrade: `helm upgrade` turning on inline volumes and changing the
+// mount timeout. volumeLifecycleModes is immutable in a CSIDriver, so the
+// documented procedure deletes the CSIDriver object first. The writer keeps
+// writing through the upgrade; afterwards the example inline pod mounts the
+// existing directory and a new claim is provisioned.
+func (c *cluster) helmUpgrade() {
+	ctx := context.Background()
+	if err := c.kube.StorageV1().CSIDrivers().Delete(ctx, driverName, metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	began := time.Now()
+	out := c.helm("upgrade", release, filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS, "--reuse-values",
+		"--set", "feature.enableInlineVolume=true", "--set", "driver.mountTimeout=90s")
+	c.stage(fmt.Sprintf("helm upgrade returned after %.1fs", time.Since(began).Seconds()))
+	if !strings.Contains(out, "REVISION: 2") {
+		c.t.Fatalf("helm upgrade:\n%s", out)
+	}
+	c.waitFor("upgraded pods carry the new mount timeout", 5*time.Minute, func() (bool, error) {
+		ps := c.pods(driverNS, "app.kubernetes.io/name=nfsdir")
+		for _, p := range ps {
+			if p.DeletionTimestamp != nil || !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "90s") {
+				return false, fmt.Errorf("%s", c.podSummary(ps))
+			}
+		}
+		return len(ps) == 2, fmt.Errorf("%s", c.podSummary(ps))
+	})
+	c.driverRunning("upgraded driver running")
+	d, err := c.kube.StorageV1().CSIDrivers().Get(ctx, driverName, metav1GetOptions)
+	if err != nil || !slices.Contains(d.Spec.VolumeLifecycleModes, "Ephemeral") {
+		c.t.Fatalf("CSIDriver after the upgrade: %v %v", d, err)
+	}
+	c.writerProgresses("writer still writes after the upgrade")
+	c.freshClaim("after-upgrade")
+
+	// The example inline pod reads the static directory.
+	os.MkdirAll(filepath.Join(serverDir, "existing-data"), 0o755)
+	c.create(c.example("inline-pod.yaml"))
+	c.podRunning("default", "inline-reader", 5*time.Minute)
+	c.waitFor("inline pod listed the directory", time.Minute, func() (bool, error) {
+		l := c.logsOf("default", "inline-reader", "reader")
+		return strings.Contains(l, "hello"), fmt.Errorf("log %q", l)
+	})
+	zero := int64(0)
+	c.kube.CoreV1().Pods("default").Delete(ctx, "inline-reader", metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	c.waitFor("inline pod gone, its mount released", 2*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().Pods("default").Get(ctx, "inline-reader", metav1GetOptions)
+		return apierrors.IsNotFound(err) && len(mounts("existing-data")) == 0, err
+	})
+	if _, err := os.Stat(filepath.Join(serverDir, "existing-data", "hello")); err != nil {
+		c.t.Errorf("the inline volume's directory lost its data: %v", err)
+	}
+}

@@ -1,0 +1,38 @@
+#!/bin/sh
+# Entry point of the lab's NFS server image: the node's kernel NFS server
+# (NFS v3, v4.1, v4.2) exporting $EXPORT_DIR (default /exports) to everyone,
+# with no_root_squash so the driver can create directories owned by any uid.
+# It needs a privileged pod (it mounts the nfsd file system and starts kernel
+# threads) and the host network (the kernel server serves the network
+# namespace that started it; a host-network server outlives nothing that a
+# node's mounts depend on). On SIGTERM it stops the server and unexports.
+set -u
+dir=${EXPORT_DIR:-/exports}
+say() { echo "nfs-server: $*"; }
+die() { say "$*"; exit 1; }
+
+mkdir -p "$dir" /var/lib/nfs/v4recovery /run/rpcbind
+grep -q ' /proc/fs/nfsd ' /proc/mounts || mount -t nfsd nfsd /proc/fs/nfsd || die "cannot mount the nfsd file system (is the pod privileged and the nfsd module loaded?)"
+echo "$dir *(rw,sync,no_subtree_check,no_root_squash,insecure,fsid=1)" >/etc/exports
+
+stop() {
+  say "stopping"
+  rpc.nfsd 0
+  exportfs -ua
+  kill "$mountd" "$rpcbind" 2>/dev/null
+  exit 0
+}
+trap stop TERM INT
+
+rpcbind -f -w & rpcbind=$!
+sleep 1
+exportfs -ra || die "exportfs failed"
+rpc.mountd -F & mountd=$!
+# No stable storage for client state survives this pod, so a grace period
+# would only delay the first opens: keep it short and end it at once.
+echo 10 >/proc/fs/nfsd/nfsv4leasetime 2>/dev/null
+echo 10 >/proc/fs/nfsd/nfsv4gracetime 2>/dev/null
+rpc.nfsd 8 || die "rpc.nfsd failed"
+echo Y >/proc/fs/nfsd/v4_end_grace 2>/dev/null
+say "serving $dir"
+while :; do sleep 5 & wait $!; done
