@@ -176,30 +176,33 @@ func (c *cluster) readWriteMany() {
 	}
 	c.scale("rwx", 2)
 	second := c.podsReady("RWX Deployment back at 2", "default", "app=rwx", 2, 5*time.Minute)
-	seen := c.seenBy(dir, second, 4)
-	for _, p := range first {
-		if !slices.Contains(seen, p.Name) {
-			c.t.Errorf("after scaling back, the data of %s is gone: the new pods saw %v", p.Name, seen)
+	// Each new pod finds both old names (and its own) as soon as it starts.
+	for pod, seen := range c.seenBy(dir, second, 3) {
+		for _, p := range first {
+			if !slices.Contains(seen, p.Name) {
+				c.t.Errorf("after scaling back, the data of %s is gone: %s saw %v", p.Name, pod, seen)
+			}
 		}
 	}
 }
 
 // seenBy waits until every pod has recorded (in dir/seen/<pod>) at least n
-// names in dir/hosts, and returns the names the last pod saw.
-func (c *cluster) seenBy(dir string, pods []corev1.Pod, n int) []string {
+// names in dir/hosts, its own among them, and returns what each pod saw.
+func (c *cluster) seenBy(dir string, pods []corev1.Pod, n int) map[string][]string {
 	c.t.Helper()
-	var names []string
+	seen := map[string][]string{}
 	for _, p := range pods {
 		c.waitFor(p.Name+" saw its peers' writes", 2*time.Minute, func() (bool, error) {
 			b, err := os.ReadFile(filepath.Join(dir, "seen", p.Name))
 			if err != nil {
 				return false, err
 			}
-			names = strings.Fields(string(b))
+			names := strings.Fields(string(b))
+			seen[p.Name] = names
 			return len(names) >= n && slices.Contains(names, p.Name), fmt.Errorf("saw %v", names)
 		}, "kubelet")
 	}
-	return names
+	return seen
 }
 
 func (c *cluster) scale(deployment string, replicas int32) {
@@ -243,10 +246,15 @@ func (c *cluster) nonRootWithFSGroup() {
 // the node's mount for it is read-only.
 func (c *cluster) readOnlyPod() {
 	made := c.create(c.testdata("readonly-pod.yaml"))
-	c.podSucceeded("default", "read-only", 5*time.Minute)
+	c.podRunning("default", "read-only", 5*time.Minute)
+	c.waitFor("read-only pod's checks passed", 2*time.Minute, func() (bool, error) {
+		l := c.logsOf("default", "read-only", "reader")
+		return strings.Contains(l, "read-only-checks-passed"), fmt.Errorf("log %q", l)
+	})
 	if m := mounts(string(made[0].GetUID()), "kubernetes.io~csi"); len(m) != 1 || !strings.Contains(m[0], " ro,") {
 		c.t.Errorf("the read-only pod's volume mount on the node: %q, want one read-only mount", m)
 	}
+	c.kube.CoreV1().Pods("default").Delete(context.Background(), "read-only", metav1.DeleteOptions{})
 	if _, err := os.Stat(filepath.Join(serverDir, "default", "shared-data", "written-through-ro")); err == nil {
 		c.t.Error("a write through the read-only volume reached the server")
 	}
