@@ -21,7 +21,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins lab-images e2e-smoke e2e e2e-storage
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage
 
 all: build
 
@@ -29,9 +29,10 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nfsdir ./cmd/nfsdir
 
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
-## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), and the
-## container runtime smoke test of the end-to-end lab's images.
-test: check helm unit fuzz-short test-nfs e2e-smoke
+## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the
+## container runtime smoke test of the end-to-end lab's images, and the Kubernetes
+## end-to-end scenarios (make e2e). Kubernetes' own storage suite is make e2e-storage.
+test: check helm unit fuzz-short test-nfs e2e-smoke e2e
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -82,7 +83,7 @@ demo: lab-image
 	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(LAB) bin/demo
 
 ## k8s-bins: Kubernetes $(K8S_VERSION) binaries for the end-to-end lab, built from the
-## module proxy in the pinned wrapper module tests/k8s/bins (~6 min from an empty cache).
+## module proxy in pinned wrapper modules (tests/k8s/bins, tests/k8s/etcd, tests/k8s/sidecars; ~8 min from an empty cache).
 K8S_VERSION := v1.35.4
 # The agnhost image the v1.35 storage e2e suite names (test/utils/image/manifest.go).
 E2E_AGNHOST := registry.k8s.io/e2e-test-images/agnhost:2.59
@@ -94,13 +95,18 @@ CSI_PROVISIONER_VERSION := v5.3.0
 k8s-bins:
 	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
 	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
-	cd tests/k8s/bins && $(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/agnhost k8s.io/kubernetes/test/images/agnhost && \
-		$(GO) test -c -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/e2e.test k8s.io/kubernetes/test/e2e
 	cd tests/k8s/etcd && grep -q 'go.etcd.io/etcd/server/v3 $(ETCD_VERSION)' go.mod && \
 		$(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/etcd go.etcd.io/etcd/server/v3
 	cd tests/k8s/sidecars/provisioner && grep -q 'external-provisioner/v5 $(CSI_PROVISIONER_VERSION)' go.mod && \
 		$(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_PROVISIONER_VERSION)' -o $(CURDIR)/bin/k8s/csi-provisioner \
 		github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner
+
+## k8s-e2e-bins: Kubernetes' e2e.test (its storage suite runs nfsdir as an external
+## driver) and the agnhost test image program, from the same pinned module (~7 min).
+k8s-e2e-bins:
+	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
+		$(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/agnhost k8s.io/kubernetes/test/images/agnhost && \
+		$(GO) test -c -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/e2e.test k8s.io/kubernetes/test/e2e
 
 ## lab-images: container images for the end-to-end lab as docker-archive tarballs
 ## (no Docker engine, no registry): nfsdir (the static binary plus the runtime
@@ -147,7 +153,7 @@ E2E_RUN ?= TestDriverOnKubernetes
 E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=4096
 # e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
 define e2e-payload
-	for b in $(E2E_BINS) csi-provisioner e2e.test agnhost; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
+	for b in $(E2E_BINS) csi-provisioner; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
 	$(MAKE) lab-images
 	rm -rf $(1) && mkdir -p $(1)/images $(1)/chart
 	tests/k8s/fetch-runtime.sh $(1)
@@ -158,7 +164,7 @@ define e2e-payload
 endef
 e2e: lab-image $(HELM)
 	$(call e2e-payload,bin/e2e)
-	rm bin/e2e/images/agnhost.tar
+	rm -f bin/e2e/images/agnhost.tar
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
 
@@ -166,8 +172,9 @@ e2e: lab-image $(HELM)
 ## External Storage tests for nfsdir.csi.io) on the same lab cluster. The JUnit report
 ## lands in bin/e2e-storage-out. NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP narrow the selection.
 e2e-storage: lab-image $(HELM)
+	for b in e2e.test agnhost; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e-storage)
-	cp bin/k8s/e2e.test bin/e2e-storage/
+	cp bin/k8s/e2e.test bin/k8s/kubectl bin/e2e-storage/
 	rm -rf bin/e2e-storage-out
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-storage-out $(E2E_ENV) \
 		NFSDIR_E2E_STORAGE=1 NFSDIR_LAB_TIMEOUT=10800 \

@@ -104,11 +104,12 @@ var (
 func scanSuiteOutput(r io.Reader, w io.Writer) suiteSummary {
 	var s suiteSummary
 	atoi := func(x string) int { n, _ := strconv.Atoi(x); return n }
-	sc := bufio.NewScanner(r)
+	// Ginkgo marks finished specs with characters on one long line: copy
+	// the output as it comes, and scan a copy for the summary.
+	sc := bufio.NewScanner(io.TeeReader(r, w))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		io.WriteString(w, line+"\n")
 		if m := ranLine.FindStringSubmatch(line); m != nil {
 			s.ran, s.total = atoi(m[1]), atoi(m[2])
 		}
