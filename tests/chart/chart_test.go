@@ -258,6 +258,13 @@ func TestInvariants(t *testing.T) {
 			if hasArg(prov, "--enable-capacity") != capacity {
 				t.Errorf("csi-provisioner capacity args %v with capacity tracking %v", prov.Args, capacity)
 			}
+			// Every leader-electing sidecar gets the chart's lease timing.
+			for _, c := range dep.Containers {
+				if hasArg(&c, "--leader-election") && (!contains(c.Args, "--leader-election-lease-duration=137s") ||
+					!contains(c.Args, "--leader-election-renew-deadline=107s") || !contains(c.Args, "--leader-election-retry-period=26s")) {
+					t.Errorf("%s: leader election without the chart's lease timing: %v", c.Name, c.Args)
+				}
+			}
 			snap := strings.Contains(values, "enableSnapshotter=true")
 			if (container(t, dep, "csi-snapshotter") != nil) != snap || (container(t, dep, "csi-resizer") != nil) != strings.Contains(values, "enableResizer=true") {
 				t.Error("snapshotter/resizer sidecars do not follow their switches")

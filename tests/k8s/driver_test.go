@@ -47,6 +47,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"StaticVolume", (*cluster).staticVolume},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
+		{"NoContainerRestarted", (*cluster).noContainerRestarted},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) { s.run(c.in(t)) })
@@ -433,5 +434,19 @@ func (c *cluster) helmUpgrade() {
 	})
 	if _, err := os.Stat(filepath.Join(serverDir, "existing-data", "hello")); err != nil {
 		c.t.Errorf("the inline volume's directory lost its data: %v", err)
+	}
+}
+
+// noContainerRestarted: after all of the above, no container of the driver
+// or of the NFS server has restarted (a crash, a failed liveness probe, a
+// sidecar that lost its leader lease).
+func (c *cluster) noContainerRestarted() {
+	pods := append(c.pods(driverNS, "app.kubernetes.io/name=nfsdir"), c.pods("default", "app=nfs-server")...)
+	for _, p := range pods {
+		for _, s := range p.Status.ContainerStatuses {
+			if s.RestartCount > 0 {
+				c.t.Errorf("container %s of %s restarted %d times\n%s", s.Name, p.Name, s.RestartCount, c.describePod(&p))
+			}
+		}
 	}
 }

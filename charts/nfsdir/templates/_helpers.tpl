@@ -34,3 +34,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "nfsdir.pluginDir" -}}
 {{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletDir) .Values.driver.name -}}
 {{- end -}}
+
+{{/* Leader-election flags of the controller's sidecars. */}}
+{{- define "nfsdir.leaderElection" -}}
+- --leader-election
+- --leader-election-namespace={{ .Release.Namespace }}
+- --leader-election-lease-duration={{ .Values.controller.leaderElection.leaseDuration }}
+- --leader-election-renew-deadline={{ .Values.controller.leaderElection.renewDeadline }}
+- --leader-election-retry-period={{ .Values.controller.leaderElection.retryPeriod }}
+{{- end -}}
