@@ -16,10 +16,13 @@ import (
 // e2eImages are the images the Kubernetes v1.35 storage suite names
 // (test/utils/image/manifest.go), tagged onto the lab's own: busybox from
 // Debian's busybox-static, and agnhost built from the same Kubernetes
-// module (make k8s-bins) with busybox beside it.
+// module (make k8s-e2e-bins) with busybox beside it.
 var e2eImages = map[string]string{
 	"registry.k8s.io/e2e-test-images/busybox:1.37.0-1": "lab.local/busybox:lab",
 	"registry.k8s.io/pause:3.10.1":                     "lab.local/pause:3.10",
+	// The exec test copies /bin/ls onto the volume and runs it there;
+	// busybox's ls does that as well as nginx's image does.
+	"registry.k8s.io/e2e-test-images/nginx:1.14-4": "lab.local/busybox:lab",
 }
 
 // Defaults of the storage suite's selection; NFSDIR_E2E_FOCUS and
