@@ -22,7 +22,8 @@ const (
 	release    = "nfsdir"
 	driverNS   = "kube-system"
 	// serverDir is the node directory the NFS server pod exports as
-	// /exports: what the driver did on the server shows here.
+	// /exports, the root of its NFSv4 namespace (share "/"): what the
+	// driver did on the server shows here.
 	serverDir = "/srv/nfs"
 )
 
@@ -72,9 +73,9 @@ func (c *cluster) startNFSServer() {
 	sh(c.t, "mkdir -p "+serverDir+" && mount -t tmpfs -o size=1g,mode=0755 exports "+serverDir)
 	c.create(c.testdata("nfs-server.yaml"))
 	c.podsReady("NFS server pod Ready", "default", "app=nfs-server", 1, 3*time.Minute)
-	sh(c.t, "mkdir -p /mnt/check && mount -t nfs -o vers=4.2 "+nodeIP+":/exports /mnt/check && "+
+	sh(c.t, "mkdir -p /mnt/check && mount -t nfs -o vers=4.2 "+nodeIP+":/ /mnt/check && "+
 		"echo ok > /mnt/check/.served && umount /mnt/check && rm "+serverDir+"/.served")
-	c.stage("NFS server pod serves " + nodeIP + ":/exports")
+	c.stage("NFS server pod serves " + serverDir + " as " + nodeIP + ":/")
 }
 
 // installDriver installs the chart with only the images overridden, and
@@ -161,7 +162,7 @@ func (c *cluster) readWriteMany() {
 	for _, p := range first {
 		m := mounts(string(p.UID), pv.Name)
 		if len(m) != 1 || !strings.Contains(m[0], " nfs4 ") || !strings.Contains(m[0], "vers=4.1") ||
-			!strings.Contains(m[0], nodeIP+":/exports/default/shared-data") {
+			!strings.Contains(m[0], nodeIP+":/default/shared-data") {
 			c.t.Errorf("pod %s: want one nfs4 vers=4.1 mount of the volume (StorageClass mountOptions), the node has %q", p.Name, m)
 		}
 	}

@@ -13,7 +13,9 @@ die() { say "$*"; exit 1; }
 
 mkdir -p "$dir" /var/lib/nfs/v4recovery /run/rpcbind
 grep -q ' /proc/fs/nfsd ' /proc/mounts || mount -t nfsd nfsd /proc/fs/nfsd || die "cannot mount the nfsd file system (is the pod privileged and the nfsd module loaded?)"
-echo "$dir *(rw,sync,no_subtree_check,no_root_squash,insecure,fsid=1)" >/etc/exports
+# fsid=0 makes the export the root of the NFSv4 namespace (clients mount
+# "server:/"), as in the volume-nfs image deploy/example uses.
+echo "$dir *(rw,sync,no_subtree_check,no_root_squash,insecure,fsid=0)" >/etc/exports
 
 stop() {
   say "stopping"
