@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -46,6 +47,7 @@ type cluster struct {
 	logs  map[string]string // process name → log file
 	admin string            // admin kubeconfig
 	kube  *kubernetes.Clientset
+	dyn   *dynamic.DynamicClient // for objects from manifests
 }
 
 func sh(t *testing.T, script string) {
@@ -92,6 +94,9 @@ func startCluster(t *testing.T) *cluster {
 	}
 	cfg.QPS, cfg.Burst = 50, 100
 	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if c.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	c.stage("certificates")

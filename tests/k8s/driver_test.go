@@ -78,12 +78,13 @@ func (c *cluster) startNFSServer() {
 	c.stage("NFS server pod serves " + serverDir + " as " + nodeIP + ":/")
 }
 
-// installDriver installs the chart with only the images overridden, and
-// waits until the controller and the node plugin run and the kubelet lists
-// the driver on its CSINode.
-func (c *cluster) installDriver() {
+// installDriver installs the chart with only the images overridden (and
+// any further helm arguments), and waits until the controller and the node
+// plugin run and the kubelet lists the driver on its CSINode.
+func (c *cluster) installDriver(helmArgs ...string) {
 	began := time.Now()
-	out := c.helm(append([]string{"install", release, filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS}, labImageValues()...)...)
+	args := append([]string{"install", release, filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS}, labImageValues()...)
+	out := c.helm(append(args, helmArgs...)...)
 	c.stage(fmt.Sprintf("helm install returned after %.1fs", time.Since(began).Seconds()))
 	if !strings.Contains(out, "STATUS: deployed") {
 		c.t.Fatalf("helm install:\n%s", out)
@@ -248,7 +249,7 @@ func (c *cluster) nonRootWithFSGroup() {
 // the node's mount for it is read-only.
 func (c *cluster) readOnlyPod() {
 	made := c.create(c.testdata("readonly-pod.yaml"))
-	c.podRunning("default", "read-only", 5*time.Minute)
+	c.podReaches("default", "read-only", corev1.PodRunning, 5*time.Minute)
 	c.waitFor("read-only pod's checks passed", 2*time.Minute, func() (bool, error) {
 		l := c.logsOf("default", "read-only", "reader")
 		return strings.Contains(l, "read-only-checks-passed"), fmt.Errorf("log %q", l)
@@ -313,7 +314,7 @@ func (c *cluster) staticVolume() {
 	c.create(c.example("static-pv.yaml"))
 	c.boundPV("default", "existing-data")
 	c.create(c.testdata("static-reader.yaml"))
-	c.podSucceeded("default", "static-reader", 5*time.Minute)
+	c.podReaches("default", "static-reader", corev1.PodSucceeded, 5*time.Minute)
 	ctx := context.Background()
 	c.kube.CoreV1().Pods("default").Delete(ctx, "static-reader", metav1.DeleteOptions{})
 	c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "existing-data", metav1.DeleteOptions{})
@@ -378,7 +379,7 @@ func (c *cluster) writerProgresses(what string) {
 func (c *cluster) freshClaim(name string) {
 	c.t.Helper()
 	c.create(strings.ReplaceAll(c.testdata("fresh-claim.yaml"), "NAME", name))
-	c.podSucceeded("default", name, 5*time.Minute)
+	c.podReaches("default", name, corev1.PodSucceeded, 5*time.Minute)
 	b, err := os.ReadFile(filepath.Join(serverDir, "default", name, "proof"))
 	if err != nil || string(b) != "written-by-"+name+"\n" {
 		c.t.Errorf("%s: the pod's write is not on the server: %q %v", name, b, err)
@@ -422,7 +423,7 @@ func (c *cluster) helmUpgrade() {
 	// The example inline pod reads the static directory.
 	os.MkdirAll(filepath.Join(serverDir, "existing-data"), 0o755)
 	c.create(c.example("inline-pod.yaml"))
-	c.podRunning("default", "inline-reader", 5*time.Minute)
+	c.podReaches("default", "inline-reader", corev1.PodRunning, 5*time.Minute)
 	c.waitFor("inline pod listed the directory", time.Minute, func() (bool, error) {
 		l := c.logsOf("default", "inline-reader", "reader")
 		return strings.Contains(l, "hello"), fmt.Errorf("log %q", l)

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 var metav1GetOptions = metav1.GetOptions{}
@@ -54,14 +53,6 @@ func (c *cluster) manifest(path string) string {
 // `kubectl create --validate=false -f` does.
 func (c *cluster) create(text string) []*unstructured.Unstructured {
 	c.t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.admin)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	var made []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(text), 4096)
 	for {
@@ -79,11 +70,11 @@ func (c *cluster) create(text string) []*unstructured.Unstructured {
 		if !ok {
 			c.t.Fatalf("no resource known for kind %s", u.GetKind())
 		}
-		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+		var ri dynamic.ResourceInterface = c.dyn.Resource(gvr)
 		if ns := u.GetNamespace(); ns != "" {
-			ri = dyn.Resource(gvr).Namespace(ns)
+			ri = c.dyn.Resource(gvr).Namespace(ns)
 		} else if gvr.Resource == "pods" || gvr.Resource == "persistentvolumeclaims" || gvr.Resource == "deployments" {
-			ri = dyn.Resource(gvr).Namespace("default")
+			ri = c.dyn.Resource(gvr).Namespace("default")
 		}
 		out, err := ri.Create(context.Background(), u, metav1.CreateOptions{})
 		if err != nil {
@@ -138,18 +129,21 @@ func (c *cluster) podsReady(what, ns, selector string, n int, limit time.Duratio
 	return ready
 }
 
-// podSucceeded waits until a pod has run to completion successfully.
-func (c *cluster) podSucceeded(ns, name string, limit time.Duration) {
+// podReaches waits until a pod reaches phase want: Succeeded (it ran to
+// completion), or Running and Ready. Any other end fails the test.
+func (c *cluster) podReaches(ns, name string, want corev1.PodPhase, limit time.Duration) {
 	c.t.Helper()
-	c.waitFor("pod "+name+" Succeeded", limit, func() (bool, error) {
+	c.waitFor("pod "+name+" "+string(want), limit, func() (bool, error) {
 		p, err := c.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1GetOptions)
 		if err != nil {
 			return false, err
 		}
-		if p.Status.Phase == corev1.PodFailed {
-			c.t.Fatalf("pod %s failed\n%s", name, c.describePod(p))
+		ended := p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+		if ended && p.Status.Phase != want {
+			c.t.Fatalf("pod %s ended %s\n%s", name, p.Status.Phase, c.describePod(p))
 		}
-		return p.Status.Phase == corev1.PodSucceeded, fmt.Errorf("phase %s: %s", p.Status.Phase, c.podSummary([]corev1.Pod{*p}))
+		done := p.Status.Phase == want && (want != corev1.PodRunning || isReady(p))
+		return done, fmt.Errorf("%s", c.podSummary([]corev1.Pod{*p}))
 	}, "kubelet")
 }
 

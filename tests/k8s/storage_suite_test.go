@@ -3,12 +3,14 @@ package k8s
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,7 +25,14 @@ var e2eImages = map[string]string{
 	// The exec test copies /bin/ls onto the volume and runs it there;
 	// busybox's ls does that as well as nginx's image does.
 	"registry.k8s.io/e2e-test-images/nginx:1.14-4": "lab.local/busybox:lab",
+	// The multiVolume tests' pods sleep in a shell and check the volume
+	// with dd, base64 and sha256sum, all of which busybox has.
+	"registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7": "lab.local/busybox:lab",
 }
+
+// inlineDir is the directory on the export that the CSI inline ephemeral
+// volume of testdata/storage-e2e-driver.yaml names.
+const inlineDir = "e2e-inline"
 
 // Defaults of the storage suite's selection; NFSDIR_E2E_FOCUS and
 // NFSDIR_E2E_SKIP replace them.
@@ -48,7 +57,10 @@ func TestKubernetesStorageSuite(t *testing.T) {
 		c.ctr("-n", "k8s.io", "images", "tag", from, name)
 	}
 	c.startNFSServer()
-	c.installDriver()
+	// The directory the declared inline ephemeral volume mounts: nfsdir
+	// mounts an inline volume's directory, it never creates one.
+	sh(t, "mkdir -m 0777 "+filepath.Join(serverDir, inlineDir))
+	c.installDriver("--set", "feature.enableInlineVolume=true")
 
 	focus, skip := suiteFocus, suiteSkip
 	if f := os.Getenv("NFSDIR_E2E_FOCUS"); f != "" {
@@ -59,26 +71,38 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	}
 	report := "/out/storage-e2e"
 	os.MkdirAll(report, 0o755)
+	procs := 3
+	if n, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_PROCS")); err == nil && n > 0 {
+		procs = n
+	}
 	driverDef, _ := filepath.Abs(filepath.Join("testdata", "storage-e2e-driver.yaml"))
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "e2e.test"),
-		"--kubeconfig="+c.admin, "--provider=local", "--storage.testdriver="+driverDef,
-		"--ginkgo.focus="+focus, "--ginkgo.skip="+skip, "--ginkgo.no-color", "--ginkgo.timeout=150m",
-		"--ginkgo.junit-report="+filepath.Join(report, "junit.xml"), "--report-dir="+report,
+	// The Ginkgo CLI runs the specs in parallel processes of e2e.test: under
+	// emulation a spec mostly waits for pods, so a few run side by side.
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "ginkgo"),
+		"--procs="+strconv.Itoa(procs), "-v", "--no-color", "--timeout=150m",
+		"--focus="+focus, "--skip="+skip, "--junit-report="+filepath.Join(report, "junit.xml"),
+		filepath.Join(c.bin, "e2e.test"), "--",
+		"--kubeconfig="+c.admin, "--provider=local", "--storage.testdriver="+driverDef, "--report-dir="+report,
 		"--node-os-distro=debian", "--non-blocking-taints=node-role.kubernetes.io/control-plane")
 	cmd.Dir = c.dir
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.admin, "HOME="+c.dir)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.admin, "HOME="+c.dir, "PATH="+c.bin+":"+os.Getenv("PATH"))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Stderr = cmd.Stdout
+	full, err := os.Create(filepath.Join(report, "suite.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	sum := scanSuiteOutput(stdout, os.Stdout)
+	sum := scanSuiteOutput(stdout, full, os.Stdout)
 	err = cmd.Wait()
 	c.stage("storage e2e suite finished after " + time.Since(began).Round(time.Second).String())
 	t.Logf("storage e2e suite: ran %d of %d specs: %d passed, %d failed, %d pending, %d skipped",
@@ -87,7 +111,7 @@ func TestKubernetesStorageSuite(t *testing.T) {
 		t.Fatalf("the suite printed no summary (exit: %v)", err)
 	}
 	if sum.failed > 0 || err != nil {
-		t.Errorf("the storage e2e suite failed: %d failed specs (exit: %v); JUnit report in %s", sum.failed, err, report)
+		t.Errorf("the storage e2e suite failed: %d failed specs (exit: %v); full output and JUnit report in %s", sum.failed, err, report)
 	}
 	if sum.passed == 0 {
 		t.Error("no spec of the storage e2e suite passed")
@@ -102,23 +126,60 @@ var (
 	countsLine = regexp.MustCompile(`(\d+) Passed \| (\d+) Failed \| (\d+) Pending \| (\d+) Skipped`)
 )
 
-// scanSuiteOutput copies a Ginkgo run's output to w and picks up its
-// summary lines.
-func scanSuiteOutput(r io.Reader, w io.Writer) suiteSummary {
+// A verbose Ginkgo report of one spec sits between separator lines: its
+// text, its location, a result line and, for skips and failures, the
+// reason.
+const specSeparator = "------------------------------"
+
+var (
+	resultLine = regexp.MustCompile(`^(• \[|S \[SKIPPED\]|• \[FAILED\]|\[FAILED\]|• \[PANICKED\]|• \[TIMEDOUT\]|P \[PENDING\])`)
+	reasonLine = regexp.MustCompile(`^\s+\[(SKIPPED|FAILED|PANICKED|TIMEDOUT)\] (.*)`)
+	// In a spec's timeline the same marker only says where it happened;
+	// the reason follows after the timeline.
+	timelineMark = regexp.MustCompile(`^\s+\[[A-Z]+\] in \[[A-Za-z]+\] - `)
+)
+
+// scanSuiteOutput copies a verbose Ginkgo run's output to full, writes one
+// line per finished spec (result, text and any skip or failure reason) to
+// progress, and picks up the run's summary.
+func scanSuiteOutput(r io.Reader, full, progress io.Writer) suiteSummary {
 	var s suiteSummary
 	atoi := func(x string) int { n, _ := strconv.Atoi(x); return n }
-	// Ginkgo marks finished specs with characters on one long line: copy
-	// the output as it comes, and scan a copy for the summary.
-	sc := bufio.NewScanner(io.TeeReader(r, w))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var result, text, reason string
+	flush := func() {
+		if result != "" && text != "" {
+			line := result + " " + text
+			if reason != "" {
+				line += " -- " + reason
+			}
+			fmt.Fprintln(progress, line)
+		}
+		result, text, reason = "", "", ""
+	}
+	sc := bufio.NewScanner(io.TeeReader(r, full))
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		switch {
+		case line == specSeparator:
+			flush()
+		case resultLine.MatchString(line):
+			result = strings.TrimSpace(line)
+		case strings.HasPrefix(line, "External Storage ") && text == "":
+			text = line
+		case reason == "" && reasonLine.MatchString(line) && !timelineMark.MatchString(line):
+			reason = strings.TrimSpace(reasonLine.FindStringSubmatch(line)[2])
+		}
 		if m := ranLine.FindStringSubmatch(line); m != nil {
+			flush()
 			s.ran, s.total = atoi(m[1]), atoi(m[2])
+			fmt.Fprintln(progress, line)
 		}
 		if m := countsLine.FindStringSubmatch(line); m != nil {
 			s.passed, s.failed, s.pending, s.skipped = atoi(m[1]), atoi(m[2]), atoi(m[3]), atoi(m[4])
+			fmt.Fprintln(progress, line)
 		}
 	}
+	flush()
 	return s
 }

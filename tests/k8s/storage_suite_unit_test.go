@@ -5,18 +5,67 @@ import (
 	"testing"
 )
 
-// TestScanSuiteOutput reads the summary of a Ginkgo run out of its output
-// and passes the output through unchanged.
+// suiteOutput is a verbose Ginkgo run in the shape e2e.test prints it: a
+// spec that passed, one skipped at run time, one that failed, and the
+// summary.
+const suiteOutput = `Will run 3 of 7673 specs
+------------------------------
+[SynchronizedBeforeSuite] PASSED [12.001 seconds]
+------------------------------
+SSSSSSSS
+------------------------------
+• [95.310 seconds]
+External Storage [Driver: nfsdir.csi.io] [Testpattern: Dynamic PV (default fs)] volumes should store data
+k8s.io/kubernetes@v1.35.4/test/e2e/storage/testsuites/volumes.go:196
+
+  Timeline >>
+  STEP: Creating a kubernetes client @ 11/30/26 04:10:00.000
+  << Timeline
+------------------------------
+S [SKIPPED] [0.002 seconds]
+External Storage [Driver: nfsdir.csi.io] [Testpattern: Dynamic PV (block volmode)] volumes should store data
+k8s.io/kubernetes@v1.35.4/test/e2e/storage/testsuites/volumes.go:196
+
+  Timeline >>
+  [SKIPPED] in [BeforeEach] - k8s.io/kubernetes@v1.35.4/test/e2e/storage/framework/testsuite.go:116 @ 11/30/26 04:06:28.099
+  << Timeline
+
+  [SKIPPED] Driver nfsdir.csi.io doesn't support Block -- skipping
+  In [BeforeEach] at: k8s.io/kubernetes@v1.35.4/test/e2e/storage/framework/testsuite.go:116
+------------------------------
+SSS
+------------------------------
+• [FAILED] [300.120 seconds]
+External Storage [Driver: nfsdir.csi.io] [Testpattern: Dynamic PV (default fs)] volumes should allow exec of files on the volume
+k8s.io/kubernetes@v1.35.4/test/e2e/storage/testsuites/volumes.go:207
+
+  [FAILED] pod "exec-volume-test" did not start in time
+  In [It] at: k8s.io/kubernetes@v1.35.4/test/e2e/framework/pod/output/output.go:263
+------------------------------
+
+Ran 2 of 7673 Specs in 400.102 seconds
+FAIL! -- 1 Passed | 1 Failed | 0 Pending | 7671 Skipped
+`
+
+// TestScanSuiteOutput reads the summary of a Ginkgo run out of its output,
+// passes the output through unchanged and reports one line per spec.
 func TestScanSuiteOutput(t *testing.T) {
-	out := "Will run 183 of 7673 specs\nSSS•S•\n\nRan 12 of 7673 Specs in 1800.102 seconds\n" +
-		"FAIL! -- 10 Passed | 2 Failed | 0 Pending | 7661 Skipped\n"
-	var copied strings.Builder
-	got := scanSuiteOutput(strings.NewReader(out), &copied)
-	want := suiteSummary{ran: 12, total: 7673, passed: 10, failed: 2, pending: 0, skipped: 7661}
+	var full, progress strings.Builder
+	got := scanSuiteOutput(strings.NewReader(suiteOutput), &full, &progress)
+	want := suiteSummary{ran: 2, total: 7673, passed: 1, failed: 1, pending: 0, skipped: 7671}
 	if got != want {
 		t.Errorf("summary = %+v, want %+v", got, want)
 	}
-	if copied.String() != out {
-		t.Errorf("output not passed through: %q", copied.String())
+	if full.String() != suiteOutput {
+		t.Errorf("output not passed through: %q", full.String())
+	}
+	wantProgress := `• [95.310 seconds] External Storage [Driver: nfsdir.csi.io] [Testpattern: Dynamic PV (default fs)] volumes should store data
+S [SKIPPED] [0.002 seconds] External Storage [Driver: nfsdir.csi.io] [Testpattern: Dynamic PV (block volmode)] volumes should store data -- Driver nfsdir.csi.io doesn't support Block -- skipping
+• [FAILED] [300.120 seconds] External Storage [Driver: nfsdir.csi.io] [Testpattern: Dynamic PV (default fs)] volumes should allow exec of files on the volume -- pod "exec-volume-test" did not start in time
+Ran 2 of 7673 Specs in 400.102 seconds
+FAIL! -- 1 Passed | 1 Failed | 0 Pending | 7671 Skipped
+`
+	if progress.String() != wantProgress {
+		t.Errorf("progress:\n%s\nwant:\n%s", progress.String(), wantProgress)
 	}
 }

@@ -15,6 +15,10 @@
 # current directory has one, is copied next to the binary (go test runs the
 # binary in the package directory).
 #
+# The guest has $NFSDIR_LAB_CPUS (2) vCPUs and $NFSDIR_LAB_MEM (2048) MiB.
+# NFSDIR_LAB_TCG=multi runs the vCPUs on host threads of their own
+# (multi-threaded TCG); the default, single, is faster for the NFS tests.
+#
 # Exit codes: the binary's own; 124 when $NFSDIR_LAB_TIMEOUT (seconds, default
 # 1500) ran out; 125 when the guest failed to set up NFS; 126 when the guest
 # never reported an exit code.
@@ -37,7 +41,7 @@ if [ -n "${NFSDIR_LAB_BIN:-}" ]; then cp -a "$NFSDIR_LAB_BIN"/. "$tmp/payload/bi
 {
   echo "cd /work/pkg || exit 126"
   while IFS='=' read -r name _; do
-    case "$name" in NFSDIR_LAB_BIN|NFSDIR_LAB_CACHE|NFSDIR_LAB_TIMEOUT) continue ;; esac
+    case "$name" in NFSDIR_LAB_BIN|NFSDIR_LAB_CACHE|NFSDIR_LAB_TIMEOUT|NFSDIR_LAB_TCG) continue ;; esac
     printf 'export %s=%q\n' "$name" "${!name}"
   done < <(env | grep -E '^NFSDIR_[A-Za-z0-9_]*=' || true)
   printf 'exec ./%q' "$(basename "$bin")"
@@ -54,7 +58,7 @@ truncate -s 256M "$tmp/out.img"
 rcfile=$tmp/rc
 timeout --kill-after=10 "${NFSDIR_LAB_TIMEOUT:-1500}" \
   qemu-system-x86_64 -nodefaults -no-reboot -nographic -monitor none \
-  -accel tcg,thread=single -cpu qemu64 -smp "${NFSDIR_LAB_CPUS:-2}" -m "${NFSDIR_LAB_MEM:-2048}" \
+  -accel "tcg,thread=${NFSDIR_LAB_TCG:-single}" -cpu qemu64 -smp "${NFSDIR_LAB_CPUS:-2}" -m "${NFSDIR_LAB_MEM:-2048}" \
   -kernel "$img/vmlinuz" -initrd "$img/initrd.gz" \
   -append "console=ttyS0 panic=-1 quiet loglevel=4" \
   -serial "file:$tmp/console.log" -serial stdio \

@@ -2,11 +2,13 @@
 
 package bins
 
-// The packages e2e.test (k8s.io/kubernetes/test/e2e, built with go test -c)
-// links, named here so go mod tidy keeps their modules: the Kubernetes
-// storage suite runs our driver through test/e2e/storage/external.
+// The packages e2e.test (k8s.io/kubernetes/test/e2e, built with go test -c;
+// the Kubernetes storage suite runs our driver through
+// test/e2e/storage/external) and the Ginkgo CLI that runs it in parallel
+// link, named here so go mod tidy keeps their modules.
 import (
 	_ "github.com/onsi/ginkgo/v2"
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
 	_ "go.yaml.in/yaml/v2"
 	_ "k8s.io/kubernetes/test/conformance/testdata"
 	_ "k8s.io/kubernetes/test/e2e"

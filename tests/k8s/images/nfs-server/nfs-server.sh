@@ -17,11 +17,13 @@ grep -q ' /proc/fs/nfsd ' /proc/mounts || mount -t nfsd nfsd /proc/fs/nfsd || di
 # "server:/"), as in the volume-nfs image deploy/example uses.
 echo "$dir *(rw,sync,no_subtree_check,no_root_squash,insecure,fsid=0)" >/etc/exports
 
+# The daemons' PIDs, empty until each is started: a SIGTERM may come first.
+rpcbind= mountd=
 stop() {
   say "stopping"
   rpc.nfsd 0
   exportfs -ua
-  kill "$mountd" "$rpcbind" 2>/dev/null
+  for pid in $mountd $rpcbind; do kill "$pid" 2>/dev/null; done
   exit 0
 }
 trap stop TERM INT
