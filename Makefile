@@ -30,9 +30,9 @@ build:
 
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
 ## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the
-## container runtime smoke test of the end-to-end lab's images, and the Kubernetes
-## end-to-end scenarios (make e2e). Kubernetes' own storage suite is make e2e-storage.
-test: check helm unit fuzz-short test-nfs e2e-smoke e2e
+## container runtime smoke test of the end-to-end lab's images, the Kubernetes
+## end-to-end scenarios (make e2e) and Kubernetes' own storage suite (make e2e-storage).
+test: check helm unit fuzz-short test-nfs e2e-smoke e2e e2e-storage
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -173,17 +173,21 @@ e2e: lab-image $(HELM)
 		$(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
-## External Storage tests for nfsdir.csi.io) on the same lab cluster. The JUnit report
-## lands in bin/e2e-storage-out. NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP narrow the selection,
-## NFSDIR_E2E_PROCS (default 3) sets how many specs run at once.
+## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
+## E2E_STORAGE_MINUTES. The full output and the JUnit report land in bin/e2e-storage-out.
+## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
+## how many specs run at once.
+E2E_STORAGE_MINUTES ?= 50
 e2e-storage: lab-image $(HELM)
 	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e-storage)
 	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-storage/
 	rm -rf bin/e2e-storage-out
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-storage-out $(E2E_ENV) \
-		NFSDIR_LAB_MEM=6144 NFSDIR_E2E_STORAGE=1 NFSDIR_LAB_TIMEOUT=10800 \
-		$(GO) test -count=1 -v -timeout 185m -run TestKubernetesStorageSuite -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-storage.log; exit $${PIPESTATUS[0]}
+		NFSDIR_LAB_MEM=6144 NFSDIR_E2E_STORAGE=1 NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) \
+		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 15) * 60 )) \
+		$(GO) test -count=1 -v -timeout $$(( $(E2E_STORAGE_MINUTES) + 20 ))m -run TestKubernetesStorageSuite -exec $(LAB) . 2>&1 | \
+		tee $(CURDIR)/bin/e2e-storage.log; exit $${PIPESTATUS[0]}
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).
 manifests: $(HELM)

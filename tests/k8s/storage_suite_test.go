@@ -2,13 +2,16 @@ package k8s
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,13 +78,18 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_PROCS")); err == nil && n > 0 {
 		procs = n
 	}
+	limit := 50 * time.Minute
+	if m, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_MINUTES")); err == nil && m > 0 {
+		limit = time.Duration(m) * time.Minute
+	}
 	driverDef, _ := filepath.Abs(filepath.Join("testdata", "storage-e2e-driver.yaml"))
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Minute)
+	// Ginkgo stops at limit and reports; the context is the backstop.
+	ctx, cancel := context.WithTimeout(context.Background(), limit+5*time.Minute)
 	defer cancel()
 	// The Ginkgo CLI runs the specs in parallel processes of e2e.test: under
 	// emulation a spec mostly waits for pods, so a few run side by side.
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "ginkgo"),
-		"--procs="+strconv.Itoa(procs), "-v", "--no-color", "--timeout=150m",
+		"--procs="+strconv.Itoa(procs), "-v", "--no-color", "--timeout="+limit.String(),
 		"--focus="+focus, "--skip="+skip, "--junit-report="+filepath.Join(report, "junit.xml"),
 		filepath.Join(c.bin, "e2e.test"), "--",
 		"--kubeconfig="+c.admin, "--provider=local", "--storage.testdriver="+driverDef, "--report-dir="+report,
@@ -107,6 +115,12 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	c.stage("storage e2e suite finished after " + time.Since(began).Round(time.Second).String())
 	t.Logf("storage e2e suite: ran %d of %d specs: %d passed, %d failed, %d pending, %d skipped",
 		sum.ran, sum.total, sum.passed, sum.failed, sum.pending, sum.skipped)
+	reasons := slices.SortedFunc(maps.Keys(sum.skipReasons), func(a, b string) int {
+		return cmp.Or(sum.skipReasons[b]-sum.skipReasons[a], strings.Compare(a, b))
+	})
+	for _, r := range reasons {
+		t.Logf("skipped at run time: %3d × %s", sum.skipReasons[r], r)
+	}
 	if sum.total == 0 {
 		t.Fatalf("the suite printed no summary (exit: %v)", err)
 	}
@@ -118,8 +132,12 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	}
 }
 
-// suiteSummary is the last summary a Ginkgo run printed.
-type suiteSummary struct{ ran, total, passed, failed, pending, skipped int }
+// suiteSummary is the last summary a Ginkgo run printed, with the reasons
+// given for the specs skipped at run time.
+type suiteSummary struct {
+	ran, total, passed, failed, pending, skipped int
+	skipReasons                                  map[string]int // reason → specs
+}
 
 var (
 	ranLine    = regexp.MustCompile(`Ran (\d+) of (\d+) Specs`)
@@ -143,10 +161,13 @@ var (
 // line per finished spec (result, text and any skip or failure reason) to
 // progress, and picks up the run's summary.
 func scanSuiteOutput(r io.Reader, full, progress io.Writer) suiteSummary {
-	var s suiteSummary
+	s := suiteSummary{skipReasons: map[string]int{}}
 	atoi := func(x string) int { n, _ := strconv.Atoi(x); return n }
 	var result, text, reason string
 	flush := func() {
+		if strings.HasPrefix(result, "S [SKIPPED]") && text != "" {
+			s.skipReasons[reason]++
+		}
 		if result != "" && text != "" {
 			line := result + " " + text
 			if reason != "" {
