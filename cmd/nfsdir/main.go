@@ -69,6 +69,8 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.IntVar(&cfg.PurgeWorkers, "purge-workers", cfg.PurgeWorkers, "how many deleted volumes are purged at once")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
 	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
+	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", cfg.KubeletDir, "kubelet's root directory; the node service mounts only on kubelet's CSI volume paths below it")
+	fs.StringVar(&cfg.PublishRoot, "publish-root", "", "outside Kubernetes: accept any publish target below this directory instead of kubelet's layout")
 	fs.StringVar(&cfg.LogFormat, "logging-format", "text", "log format: text (klog) or json (one JSON object per line)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.BoolVar(&cfg.CheckOnly, "check-config", false, "validate the flags and exit without serving")

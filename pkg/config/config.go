@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ const (
 	DefaultDriverName   = "nfsdir.csi.io"
 	DefaultStateDir     = "/var/lib/nfsdir"
 	DefaultMountTimeout = 2 * time.Minute
+	DefaultKubeletDir   = "/var/lib/kubelet"
 	// DefaultVolumeMode is the mode of a new volume directory when the
 	// StorageClass sets no mountPermissions: rwx for owner and group,
 	// nothing for others. With fsGroupPolicy File, kubelet gives the
@@ -58,12 +60,19 @@ type Config struct {
 	HealthAddress string
 	// LogFormat is "text" (klog) or "json".
 	LogFormat string
+	// KubeletDir is kubelet's root directory: the node service acts only on
+	// targets in kubelet's CSI volume layout below it.
+	KubeletDir string
+	// PublishRoot, when set, replaces kubelet's layout: any target below it
+	// is accepted (container orchestrators other than Kubernetes, csi-sanity).
+	PublishRoot string
 }
 
 // Default returns a Config with every default applied.
 func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
-		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4}
+		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4,
+		KubeletDir: DefaultKubeletDir}
 }
 
 // Controller reports whether the controller service runs.
@@ -91,6 +100,14 @@ func (c Config) Validate() error {
 	}
 	if c.Controller() && !strings.HasPrefix(c.StateDir, "/") {
 		return fmt.Errorf("--state-dir %q must be an absolute path", c.StateDir)
+	}
+	for flag, dir := range map[string]string{"--kubelet-dir": c.KubeletDir, "--publish-root": c.PublishRoot} {
+		if c.Node() && dir != "" && (!path.IsAbs(dir) || path.Clean(dir) != dir || dir == "/") {
+			return fmt.Errorf("%s %q must be a clean absolute path other than /", flag, dir)
+		}
+	}
+	if c.Node() && c.KubeletDir == "" && c.PublishRoot == "" {
+		return fmt.Errorf("--kubelet-dir is required when the node service runs (or --publish-root outside Kubernetes)")
 	}
 	if _, err := params.ParseOnDelete(string(c.DefaultOnDelete)); err != nil {
 		return fmt.Errorf("--default-on-delete: %v", err)

@@ -19,6 +19,14 @@ import (
 // startFake serves a driver in mode all on a fake mounter and returns a
 // connection to it.
 func startFake(tb testing.TB) (*grpc.ClientConn, *nfsmounttest.Fake) {
+	conn, m, _ := startFakeWith(tb, nil)
+	return conn, m
+}
+
+// startFakeWith starts a driver on a fake mounter with the config changed
+// by mutate, and returns the client connection, the mounter and the
+// driver's socket path.
+func startFakeWith(tb testing.TB, mutate func(*config.Config)) (*grpc.ClientConn, *nfsmounttest.Fake, string) {
 	dir := tb.TempDir()
 	m := nfsmounttest.New(filepath.Join(dir, "nfs"))
 	if err := os.MkdirAll(m.ExportDir("nfs.example", "/export"), 0o755); err != nil {
@@ -27,6 +35,10 @@ func startFake(tb testing.TB) (*grpc.ClientConn, *nfsmounttest.Fake) {
 	cfg := config.Default()
 	cfg.NodeID, cfg.StateDir, cfg.Version = "n", filepath.Join(dir, "state"), "test"
 	cfg.Endpoint = "unix://" + filepath.Join(dir, "csi.sock")
+	cfg.PublishRoot = os.TempDir() // tests publish on t.TempDir() targets
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	d, err := New(cfg, m)
 	if err != nil {
 		tb.Fatal(err)
@@ -43,7 +55,7 @@ func startFake(tb testing.TB) (*grpc.ClientConn, *nfsmounttest.Fake) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return conn, m
+	return conn, m, l.Addr().(*net.UnixAddr).Name
 }
 
 var rwx = mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)

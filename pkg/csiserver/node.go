@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -22,6 +21,8 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/targetdir"
+	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -36,6 +37,7 @@ type Node struct {
 	nodeID       string
 	mounter      nfsmount.Mounter
 	mountTimeout time.Duration
+	targets      targetpath.Rule // where targets may be
 	locks        keylock.Set
 
 	mu        sync.Mutex
@@ -63,14 +65,17 @@ func (s *Node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeG
 	return &csi.NodeGetInfoResponse{NodeId: s.nodeID}, nil
 }
 
-// NodePublishVolume mounts server:/share/subDir on the target path.
+// NodePublishVolume mounts server:/share/subDir on the target path. It
+// acts only on a target the node's rule allows (kubelet's layout), reached
+// without symlinks, and answers OK only once the mount table shows the NFS
+// mount of the volume there.
 func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	target := req.GetTargetPath()
-	if err := checkIDAndPath(req.GetVolumeId(), "target path", target); err != nil {
-		return nil, err
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is required")
 	}
-	if !filepath.IsAbs(target) {
-		return nil, invalid("target path %q must be absolute", target)
+	tg, err := s.targets.Check(req.GetTargetPath())
+	if err != nil {
+		return nil, invalid("%v", err)
 	}
 	if req.GetVolumeCapability() == nil {
 		return nil, invalid("volume capability is required")
@@ -89,31 +94,41 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	}
 	opts = opts.WithReadOnly(req.GetReadonly())
 	source := vol.Export.Source(vol.SubDir)
-	target = filepath.Clean(target)
+	target := tg.Path()
 
 	if !s.locks.TryAcquire(target) {
 		return nil, busy("target " + target)
 	}
 	defer s.locks.Release(target)
 
+	if err := targetdir.CheckParent(tg); err != nil {
+		return nil, toStatus(err)
+	}
 	cur, err := s.mounter.Mounted(target)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if cur != nil {
 		if cur.Source != source {
-			return nil, status.Errorf(codes.AlreadyExists, "target %s already has %s mounted, not %s", target, cur.Source, source)
+			return nil, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted, not %q", target, cur.Source, source)
 		}
-		if ro := hasOption(cur.Options, "ro"); ro != req.GetReadonly() {
-			return nil, status.Errorf(codes.AlreadyExists, "target %s already has %s mounted with readonly=%v; requested readonly=%v", target, source, ro, req.GetReadonly())
+		// Read-only is what the mount options say, whether from the
+		// request's flag or from the class or volume options.
+		if ro, want := hasOption(cur.Options, "ro"), opts.Has("ro"); ro != want {
+			return nil, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted with read-only=%v; this request asks for read-only=%v", target, source, ro, want)
 		}
 		pctx, cancel := context.WithTimeout(ctx, statsTimeout)
 		_, perr := s.mounter.Probe(pctx, target)
 		cancel()
-		if perr == nil {
+		switch {
+		case perr == nil:
 			return &csi.NodePublishVolumeResponse{}, nil
+		case !errors.Is(perr, unix.ESTALE):
+			// A slow or unreachable server (a failover, an outage) is no
+			// reason to take the mount away from the pods using it.
+			return nil, status.Errorf(codes.Unavailable, "target %q: the NFS server of %q does not answer (%v); the mount stays, retry later", target, source, perr)
 		}
-		klog.Warningf("target %s: existing mount of %s is unhealthy (%v); mounting again", target, source, perr)
+		klog.InfoS("existing mount has a stale file handle; mounting again", "target", target, "source", source, "err", perr)
 		if err := s.mounter.Unmount(ctx, target); err != nil {
 			return nil, toStatus(err)
 		}
@@ -121,16 +136,16 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if err := s.checkSingleWriter(req.GetVolumeCapability(), source, target); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(target, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "create target %s: %v", target, err)
+	if err := targetdir.Make(tg); err != nil {
+		return nil, toStatus(err)
 	}
 	mctx, cancel := context.WithTimeout(ctx, s.mountTimeout)
 	defer cancel()
 	if err := s.mounter.Mount(mctx, source, target, opts); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %s reachable?)", err, vol.Export.Server)
+			return nil, status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %q reachable?)", err, vol.Export.Server)
 		}
-		return nil, status.Errorf(codes.Internal, "%v", err)
+		return nil, toStatus(err)
 	}
 	s.track(req.GetVolumeId(), target, true)
 	return &csi.NodePublishVolumeResponse{}, nil
@@ -148,7 +163,7 @@ func (s *Node) checkSingleWriter(c *csi.VolumeCapability, source, target string)
 	}
 	for _, t := range targets {
 		if t != target {
-			return status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", source, t)
+			return status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %q", source, t)
 		}
 	}
 	return nil
@@ -188,29 +203,34 @@ func volumeOf(id string, attrs map[string]string) (params.Volume, error) {
 
 // NodeUnpublishVolume unmounts the target path and removes it. It reads the
 // mount table instead of touching the target, so a dead server cannot block
-// it.
+// it; it acts only on a target the node's rule allows and removes nothing
+// but the empty target directory.
 func (s *Node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	target := req.GetTargetPath()
-	if err := checkIDAndPath(req.GetVolumeId(), "target path", target); err != nil {
-		return nil, err
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is required")
 	}
-	target = filepath.Clean(target)
+	tg, err := s.targets.Check(req.GetTargetPath())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	target := tg.Path()
 	if !s.locks.TryAcquire(target) {
 		return nil, busy("target " + target)
 	}
 	defer s.locks.Release(target)
 
+	if err := targetdir.CheckParent(tg); err != nil {
+		return nil, toStatus(err)
+	}
 	if err := s.mounter.Unmount(ctx, target); err != nil {
 		return nil, toStatus(err)
 	}
 	if cur, err := s.mounter.Mounted(target); err != nil || cur != nil {
-		return nil, status.Errorf(codes.Internal, "target %s is still mounted after unmount", target)
+		return nil, status.Errorf(codes.Internal, "target %q is still mounted after unmount", target)
 	}
 	s.track(req.GetVolumeId(), target, false)
-	if err := unix.Rmdir(target); err != nil && !errors.Is(err, unix.ENOENT) {
-		if !errors.Is(err, unix.ENOTDIR) || os.Remove(target) != nil {
-			return nil, status.Errorf(codes.Internal, "remove target %s: %v", target, err)
-		}
+	if err := targetdir.Remove(tg); err != nil {
+		return nil, toStatus(err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
@@ -306,7 +326,7 @@ func (e *unhealthyError) Error() string {
 	if errors.Is(e.err, context.DeadlineExceeded) {
 		why = "does not answer"
 	}
-	return fmt.Sprintf("volume %s: NFS server of %s %s: %v", e.volumeID, e.source, why, e.err)
+	return fmt.Sprintf("volume %q: NFS server of %q %s: %v", e.volumeID, e.source, why, e.err)
 }
 
 func (e *unhealthyError) Unwrap() error { return fault.New(fault.Unavailable, "%v", e.err) }
@@ -324,7 +344,7 @@ func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, e
 		return nfsmount.Usage{}, err
 	}
 	if cur == nil || !strings.HasPrefix(cur.FsType, "nfs") {
-		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %s is not a mounted NFS volume", p)
+		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %q is not a mounted NFS volume", p)
 	}
 	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()

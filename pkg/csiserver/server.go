@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -26,6 +27,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/sharemount"
+	"github.com/nfsdir/nfsdir/pkg/targetpath"
 )
 
 // shutdownGrace bounds how long Run waits for in-flight calls on shutdown.
@@ -71,7 +73,11 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		csi.RegisterControllerServer(d.server, d.controller)
 	}
 	if cfg.Node() {
-		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout})
+		rule := targetpath.Rule{KubeletDir: cfg.KubeletDir}
+		if cfg.PublishRoot != "" {
+			rule = targetpath.Rule{Root: cfg.PublishRoot}
+		}
+		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule})
 	}
 	return d, nil
 }
@@ -107,7 +113,22 @@ func Listen(endpoint string) (net.Listener, error) {
 			}
 		}
 	}
-	return net.Listen(network, addr)
+	if network != "unix" {
+		return net.Listen(network, addr)
+	}
+	// Only root (kubelet, the sidecars) and the socket's group may connect:
+	// the socket is created 0660 whatever the process umask.
+	old := syscall.Umask(0o117)
+	l, err := net.Listen(network, addr)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(addr, 0o660); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 // Serve serves on l until ctx ends, then stops accepting calls, waits up to

@@ -58,9 +58,14 @@ func normaliseServer(server string) (string, error) {
 		if label == "" || len(label) > 63 {
 			return "", fmt.Errorf(`parameter "server" %q is not a valid host name`, server)
 		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			// RFC 1123: a label neither starts nor ends with '-'. A leading
+			// dash would also reach mount(8) looking like an option.
+			return "", fmt.Errorf(`parameter "server" %q: a host name label must not start or end with '-'`, server)
+		}
 		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return "", fmt.Errorf(`parameter "server" %q contains %q, which a host name cannot`, server, r)
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return "", fmt.Errorf(`parameter "server" %q contains %q, which an RFC 1123 host name cannot`, server, r)
 			}
 		}
 	}

@@ -12,7 +12,8 @@ func TestNew(t *testing.T) {
 		{"fd00::1", "/", "[fd00::1]:/"},
 		{"[fd00:0::1]", "//x//y", "[fd00::1]:/x/y"},
 		{"::ffff:10.0.0.1", "/e", "[::ffff:10.0.0.1]:/e"},
-		{"nfs_server-1", "/e", "nfs_server-1:/e"},
+		{"nfs-server-1", "/e", "nfs-server-1:/e"},
+		{"1nfs.example", "/e", "1nfs.example:/e"},
 	}
 	for _, g := range good {
 		e, err := New(g.server, g.share)
@@ -33,6 +34,10 @@ func TestNew(t *testing.T) {
 		{"a/b", "/x", "contains"},
 		{"a#b", "/x", "contains"},
 		{"a..b", "/x", "not a valid"},
+		{"-o", "/x", "start or end with '-'"},
+		{"nfs.-o", "/x", "start or end with '-'"},
+		{"nfs-.example", "/x", "start or end with '-'"},
+		{"nfs_server", "/x", "RFC 1123"},
 		{strings.Repeat("a", 254), "/x", "253"},
 	}
 	for _, b := range bad {

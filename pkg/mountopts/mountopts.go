@@ -37,7 +37,20 @@ func Parse(lists ...string) (Options, error) {
 	return out, out.checkConflicts()
 }
 
+// detaching are options with which mount(8) can return success before
+// anything is mounted: "bg" makes mount.nfs retry in a daemon of its own
+// when the first attempt fails, which no deadline reaches and which mounts
+// over the target later, hiding what a pod wrote meanwhile.
+var detaching = map[string]bool{"bg": true}
+
+// Detaching reports whether the option o lets mount(8) return before the
+// mount is in place.
+func Detaching(o string) bool { return detaching[o] }
+
 func checkOption(o string) error {
+	if Detaching(o) {
+		return fmt.Errorf("mount option %q is refused: it lets mount(8) succeed before anything is mounted (use the default \"fg\")", o)
+	}
 	if strings.HasPrefix(o, "-") {
 		return fmt.Errorf("mount option %q must not start with '-'", o)
 	}
@@ -99,6 +112,16 @@ func (o Options) ForShare() Options {
 		out = append(out, opt)
 	}
 	return out
+}
+
+// Has reports whether the option name (without a value) is in the list.
+func (o Options) Has(name string) bool {
+	for _, opt := range o {
+		if opt == name {
+			return true
+		}
+	}
+	return false
 }
 
 // String returns the options as a comma list, in order.

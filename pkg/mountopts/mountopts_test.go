@@ -23,6 +23,7 @@ func TestParse(t *testing.T) {
 		"longer than 256":   {"x=" + strings.Repeat("y", 300)},
 		"set timeo twice":   {"timeo=1,timeo=2"},
 		"control character": {"a\nb"},
+		`"bg" is refused`:   {"hard,bg"},
 	}
 	for want, lists := range bad {
 		if _, err := Parse(lists...); err == nil || !strings.Contains(err.Error(), want) {
@@ -42,6 +43,9 @@ func TestReadOnlyAndShare(t *testing.T) {
 	r, _ := Parse("ro,hard")
 	if got := r.ForShare().String(); got != "hard" {
 		t.Errorf("ForShare = %q", got)
+	}
+	if !r.Has("ro") || r.Has("rw") || !o.WithReadOnly(true).Has("ro") {
+		t.Error("Has")
 	}
 	a, _ := Parse("b,a")
 	b, _ := Parse("a,b")

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,10 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	mountutils "k8s.io/mount-utils"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/mounttable"
 )
 
 // Mounter is what the controller and node services need from the system.
@@ -91,32 +96,106 @@ func NewSystem() *System {
 
 var _ Mounter = (*System)(nil)
 
-// Mount runs "mount -t nfs -o <options> <source> <target>".
+// Mount runs "mount -t nfs -o <options>,fg -- <source> <target>" and then
+// confirms from the mount table that an NFS mount of source is at target:
+// mount(8) exiting 0 is not proof (a helper that backgrounds itself exits 0
+// with nothing mounted). Options that let mount(8) return before the mount
+// is in place are refused, and "fg" comes last so that no configuration
+// file can turn it into a background mount.
 func (s *System) Mount(ctx context.Context, source, target string, options []string) error {
-	args := []string{"-t", "nfs"}
-	if len(options) > 0 {
-		args = append(args, "-o", strings.Join(options, ","))
+	for _, o := range options {
+		if mountopts.Detaching(o) {
+			return fault.New(fault.InvalidArgument, "mount %q on %q: option %q is refused: it lets mount(8) succeed before anything is mounted", source, target, o)
+		}
 	}
-	args = append(args, source, target)
+	args := []string{"-t", "nfs", "-o", strings.Join(append(append([]string(nil), options...), "fg"), ","), "--", source, target}
 	cmd := exec.CommandContext(ctx, "mount", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		// Kill the whole group: mount(8) forks mount.nfs.
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	s.mounting.Add(1)
-	out, err := cmd.CombinedOutput()
+	out, err := runCapture(cmd)
 	s.mounting.Add(-1)
 	if ctx.Err() != nil {
-		return fmt.Errorf("mount %s on %s: killed after %s: %w", source, target, time.Since(start).Round(time.Millisecond), ctx.Err())
+		return fmt.Errorf("mount %q on %q: killed after %s: %w", source, target, time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
 	if err != nil {
-		return fmt.Errorf("mount %s on %s: %v: %s", source, target, err, strings.TrimSpace(string(out)))
+		return classifyMountFailure(fmt.Errorf("mount %q on %q: %v: %s", source, target, err, strings.TrimSpace(out)), out)
 	}
-	klog.V(4).Infof("mounted %s on %s (-o %s) in %s", source, target, strings.Join(options, ","), time.Since(start).Round(time.Millisecond))
+	e, err := s.Mounted(target)
+	if err != nil {
+		return err
+	}
+	if e == nil || !strings.HasPrefix(e.FsType, "nfs") || e.Source != source {
+		found := "nothing"
+		if e != nil {
+			found = fmt.Sprintf("%s %q", e.FsType, e.Source)
+		}
+		return fault.New(fault.Unavailable, "mount %q on %q: mount(8) exited 0 but the mount table shows %s there (output: %q)",
+			source, target, found, strings.TrimSpace(out))
+	}
+	klog.V(4).InfoS("mounted", "source", source, "target", target, "options", strings.Join(options, ","), "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// runCapture runs cmd with its output in one pipe it owns, so that
+// waiting for the process never waits for a descendant that kept the pipe
+// open. When cmd exits, what is left of its process group is killed; output
+// still held open by a process outside the group is given up after a
+// second.
+func runCapture(cmd *exec.Cmd) (string, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		return "", err
+	}
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(r, 64<<10))
+		read <- b
+	}()
+	err = cmd.Wait()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	var out []byte
+	select {
+	case out = <-read:
+	case <-time.After(time.Second):
+		r.Close() // unblocks the reader
+		out = <-read
+	}
+	r.Close()
+	return string(out), err
+}
+
+// classifyMountFailure gives a failed mount(8) the kind its output names
+// (mount.nfs prints the strerror of what the kernel or server said), so
+// that the operator is told what to fix: access → PermissionDenied, a
+// refused option → InvalidArgument, anything about reaching the server →
+// Unavailable.
+func classifyMountFailure(err error, out string) error {
+	o := strings.ToLower(out)
+	switch {
+	case strings.Contains(o, "access denied") || strings.Contains(o, "permission denied") || strings.Contains(o, "operation not permitted"):
+		return fault.Wrap(fault.PermissionDenied, err, "access refused")
+	case strings.Contains(o, "invalid argument") || strings.Contains(o, "bad option") || strings.Contains(o, "unrecognized option") ||
+		strings.Contains(o, "incorrect mount option"):
+		return fault.Wrap(fault.InvalidArgument, err, "mount options refused")
+	case strings.Contains(o, "no such file or directory"):
+		return fault.Wrap(fault.NotFound, err, "export path not found")
+	case strings.Contains(o, "connection refused") || strings.Contains(o, "timed out") || strings.Contains(o, "unreachable") ||
+		strings.Contains(o, "no route") || strings.Contains(o, "resolve") || strings.Contains(o, "protocol not supported"):
+		return fault.Wrap(fault.Unavailable, err, "NFS server not reachable")
+	}
+	return fault.Wrap(fault.Internal, err, "mount failed")
 }
 
 // Unmount unmounts target: a plain umount2 first; when that does not finish
@@ -156,30 +235,31 @@ func (s *System) Unmount(ctx context.Context, target string) error {
 		if !IsStale(err) && !errors.Is(err, unix.EBUSY) {
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}
-		klog.Warningf("unmount %s: %v; detaching", target, err)
+		klog.Warningf("unmount %q: %v; detaching", target, err)
 	case <-grace.C:
-		klog.Warningf("unmount %s: no answer in %s; detaching", target, s.UnmountGrace)
+		klog.Warningf("unmount %q: no answer in %s; detaching", target, s.UnmountGrace)
 	case <-ctx.Done():
-		klog.Warningf("unmount %s: %v; detaching", target, ctx.Err())
+		klog.Warningf("unmount %q: %v; detaching", target, ctx.Err())
 	}
 	return s.detach(target)
 }
 
-// detach force-detaches target; it does not wait for the server.
+// detach lazily detaches target from the mount tree; it does not wait for
+// the server. It never uses MNT_FORCE: that makes the kernel fail every
+// pending RPC of the superblock, which every mount of the same export with
+// the same options shares, so other pods' writes and fsyncs would fail.
 func (s *System) detach(target string) error {
-	if err := unix.Unmount(target, unix.MNT_FORCE|unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-		if err2 := unix.Unmount(target, unix.MNT_DETACH); err2 != nil && !errors.Is(err2, unix.EINVAL) {
-			return fmt.Errorf("detach %s: %w", target, err2)
-		}
+	if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("detach %q: %w", target, err)
 	}
 	return nil
 }
 
 // Mounted reads the mount table for target.
 func (s *System) Mounted(target string) (*Entry, error) {
-	infos, err := mountutils.ParseMountInfo(s.mountInfo)
+	infos, err := s.table()
 	if err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
+		return nil, err
 	}
 	target = filepath.Clean(target)
 	var found *Entry
@@ -194,9 +274,9 @@ func (s *System) Mounted(target string) (*Entry, error) {
 
 // Targets lists the mount points of source.
 func (s *System) Targets(source string) ([]string, error) {
-	infos, err := mountutils.ParseMountInfo(s.mountInfo)
+	infos, err := s.table()
 	if err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
+		return nil, err
 	}
 	var out []string
 	for _, mi := range infos {
@@ -205,6 +285,22 @@ func (s *System) Targets(source string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// table reads the mount table with mount points and sources decoded: the
+// kernel writes a space, tab, newline and backslash in them as \040,
+// \011, \012 and \134.
+func (s *System) table() ([]mountutils.MountInfo, error) {
+	infos, err := mountutils.ParseMountInfo(s.mountInfo)
+	if err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	for i := range infos {
+		infos[i].MountPoint = mounttable.Unescape(infos[i].MountPoint)
+		infos[i].Source = mounttable.Unescape(infos[i].Source)
+		infos[i].Root = mounttable.Unescape(infos[i].Root)
+	}
+	return infos, nil
 }
 
 // probe is one statfs in flight; later callers for the same path wait for

@@ -101,6 +101,7 @@ func main() {
 	cfg.Mode, cfg.NodeID, cfg.Version = config.ModeAll, "bench", "bench"
 	cfg.StateDir = filepath.Join(work, "state")
 	cfg.Endpoint = "unix://" + filepath.Join(work, "csi.sock")
+	cfg.PublishRoot = work
 	syscall.Umask(0) // as cmd/nfsdir does
 	d, err := csiserver.New(cfg, nfsmount.NewSystem())
 	if err != nil {

@@ -105,8 +105,14 @@ func main() {
 	detail("volume ID: %s", vol.GetVolumeId())
 	detail("directory on the server: %s (mode %s)", dir, st.Mode())
 
-	targets := []string{"/var/lib/kubelet/pods/pod-a/volumes/shared", "/var/lib/kubelet/pods/pod-b/volumes/shared"}
+	// kubelet's layout: the node plugin mounts nowhere else; kubelet makes
+	// the parent directory before it calls NodePublishVolume.
+	targets := []string{"/var/lib/kubelet/pods/pod-a/volumes/kubernetes.io~csi/shared/mount",
+		"/var/lib/kubelet/pods/pod-b/volumes/kubernetes.io~csi/shared/mount"}
 	for _, tgt := range targets {
+		if err := os.MkdirAll(filepath.Dir(tgt), 0o750); err != nil {
+			fail(err)
+		}
 		t0 := time.Now()
 		if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: vol.GetVolumeId(),
 			TargetPath: tgt, VolumeCapability: vc, VolumeContext: vol.GetVolumeContext()}); err != nil {

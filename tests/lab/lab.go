@@ -68,6 +68,7 @@ func StartDriver(t testing.TB, m nfsmount.Mounter, mutate func(*config.Config)) 
 	cfg.Endpoint = "unix://" + filepath.Join(dir, "csi.sock")
 	cfg.MountTimeout = 30 * time.Second
 	cfg.Version = "test"
+	cfg.PublishRoot = os.TempDir() // tests publish on t.TempDir() targets; KubeletTarget for kubelet's layout
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -152,7 +153,8 @@ func StartBinary(t testing.TB, stateDir string, extra ...string) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--mode=all", "--node-id=lab-node", "--endpoint=" + p.Endpoint, "--state-dir=" + stateDir, "-v=2"}, extra...)
+	args := append([]string{"--mode=all", "--node-id=lab-node", "--endpoint=" + p.Endpoint, "--state-dir=" + stateDir, "-v=2",
+		"--publish-root=" + os.TempDir()}, extra...)
 	p.Cmd = exec.Command(bin, args...)
 	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
 	if err := p.Cmd.Start(); err != nil {

@@ -1,0 +1,145 @@
+package csiserver
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+)
+
+// createFake provisions one volume on the fake share with parameters p
+// added to server and share.
+func createFake(t *testing.T, ctl csi.ControllerClient, name string, p map[string]string) *csi.Volume {
+	t.Helper()
+	params := map[string]string{"server": "nfs.example", "share": "/export"}
+	for k, v := range p {
+		params[k] = v
+	}
+	r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{rwx}, Parameters: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.GetVolume()
+}
+
+// TestNodeActsOnlyOnKubeletTargets: with kubelet's layout enforced, targets
+// outside it, with ".." or through a symlink are InvalidArgument and
+// nothing is created or mounted; a kubelet target is published and
+// unpublished, its directory removed.
+func TestNodeActsOnlyOnKubeletTargets(t *testing.T) {
+	kubelet := t.TempDir()
+	conn, m, _ := startFakeWith(t, func(c *config.Config) { c.PublishRoot, c.KubeletDir = "", kubelet })
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	v := createFake(t, ctl, "pvc-k", nil)
+	pub := func(target string) error {
+		_, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target,
+			VolumeCapability: rwx, VolumeContext: v.VolumeContext})
+		return err
+	}
+	outside := t.TempDir()
+	vols := filepath.Join(kubelet, "pods/u1/volumes/kubernetes.io~csi")
+	os.MkdirAll(filepath.Join(vols, "pvc-k"), 0o750)
+	os.Symlink(outside, filepath.Join(vols, "linked"))
+	for _, target := range []string{
+		filepath.Join(outside, "mount"),
+		kubelet + "/pods/u1/volumes/kubernetes.io~csi/pvc-k/../../../../../../" + filepath.Base(outside) + "/mount",
+		filepath.Join(vols, "linked/mount"),
+		filepath.Join(vols, "pvc-k/mount/deeper"),
+		"relative/mount",
+	} {
+		if err := pub(target); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("publish on %q = %v, want InvalidArgument", target, err)
+		}
+		if _, err := node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("unpublish of %q = %v, want InvalidArgument", target, err)
+		}
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("publish created %v outside kubelet's directories", ents)
+	}
+	for _, a := range m.Actions() {
+		if strings.Contains(a, kubelet) || strings.Contains(a, outside) {
+			t.Errorf("mounter called for a refused target: %s", a)
+		}
+	}
+	good := filepath.Join(vols, "pvc-k/mount")
+	if err := pub(good); err != nil {
+		t.Fatalf("publish on kubelet's target: %v", err)
+	}
+	if _, err := node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: good}); err != nil {
+		t.Fatalf("unpublish: %v", err)
+	}
+	if _, err := os.Lstat(good); !os.IsNotExist(err) {
+		t.Errorf("target left after unpublish: %v", err)
+	}
+}
+
+// TestNodeUnpublishNeverDeletesFiles: a target that is a regular file, or
+// the driver's own socket, is left in place.
+func TestNodeUnpublishNeverDeletesFiles(t *testing.T) {
+	conn, _, sock := startFakeWith(t, nil)
+	node := csi.NewNodeClient(conn)
+	file := filepath.Join(t.TempDir(), "precious")
+	os.WriteFile(file, []byte("data"), 0o600)
+	for _, target := range []string{file, sock} {
+		_, err := node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v", TargetPath: target})
+		if err == nil {
+			t.Errorf("unpublish of %q answered OK", target)
+		}
+		if _, err := os.Lstat(target); err != nil {
+			t.Errorf("unpublish removed %q: %v", target, err)
+		}
+	}
+	st, err := os.Stat(sock)
+	if err != nil || st.Mode().Perm()&0o007 != 0 {
+		t.Errorf("socket %q mode %v (%v): others must have no access", sock, st.Mode(), err)
+	}
+}
+
+// TestNodePublishReadOnlyFromOptionsIsIdempotent: with "ro" among the
+// class mount options and readonly=false, the same publish is OK every
+// time.
+func TestNodePublishReadOnlyFromOptionsIsIdempotent(t *testing.T) {
+	conn, _ := startFake(t)
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	v := createFake(t, ctl, "pvc-roopt", nil)
+	target := filepath.Join(t.TempDir(), "t")
+	roCap := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "ro", "nfsvers=4.1")
+	for i := 0; i < 3; i++ {
+		if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target,
+			VolumeCapability: roCap, VolumeContext: v.VolumeContext}); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+}
+
+// TestBackgroundMountOptionRefused: "bg" in the class or volume options is
+// InvalidArgument, at provisioning and at publish.
+func TestBackgroundMountOptionRefused(t *testing.T) {
+	conn, m := startFake(t)
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	bg := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "bg,hard")
+	_, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-bg", VolumeCapabilities: []*csi.VolumeCapability{bg},
+		Parameters: map[string]string{"server": "nfs.example", "share": "/export"}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("CreateVolume with bg = %v, want InvalidArgument", err)
+	}
+	v := createFake(t, ctl, "pvc-fg", nil)
+	target := filepath.Join(t.TempDir(), "t")
+	_, err = node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target,
+		VolumeCapability: bg, VolumeContext: v.VolumeContext})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("publish with bg = %v, want InvalidArgument", err)
+	}
+	for _, a := range m.Actions() {
+		if strings.Contains(a, target) {
+			t.Errorf("mounter called: %s", a)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+// Package targetdir creates and removes publish target directories on the
+// node's own disk, reaching them without following any symlink: the parent
+// is opened with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) from the
+// configured base, and the target itself is made, inspected and removed
+// relative to that descriptor. It never unlinks anything but an empty
+// directory.
+package targetdir
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/targetpath"
+)
+
+// openParent returns an O_PATH descriptor of t's parent directory, reached
+// from t.Base without symlinks and without leaving it.
+func openParent(t targetpath.Target) (int, error) {
+	base, err := unix.Open(t.Base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fault.Wrap(fault.FailedPrecondition, err, "open target root %q", t.Base)
+	}
+	if t.Parent == "" {
+		return base, nil
+	}
+	defer unix.Close(base)
+	for {
+		fd, err := unix.Openat2(base, t.Parent, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		switch {
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
+			continue
+		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
+			return -1, fault.Wrap(fault.InvalidArgument, err, "parent of target %q is reached through a symlink or is not a directory", t.Path())
+		case err != nil:
+			return -1, &parentError{fault.Wrap(fault.NotFound, err, "parent of target %q", t.Path())}
+		}
+		return fd, nil
+	}
+}
+
+// parentError says the target's parent does not exist (or cannot be
+// opened for another reason than a symlink).
+type parentError struct{ error }
+
+func (e *parentError) Unwrap() error { return e.error }
+
+// CheckParent reports whether t's parent, if it exists, is reached without
+// symlinks. Call it before anything acts on the target path by name (an
+// unmount): the kernel would follow a symlink that names another mount.
+func CheckParent(t targetpath.Target) error {
+	pfd, err := openParent(t)
+	var pe *parentError
+	if errors.As(err, &pe) && errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return unix.Close(pfd)
+}
+
+// Make creates the target directory (mode 0750) if it is missing and
+// checks that it is a real directory, not a symlink or a file. The parent
+// must exist: kubelet creates it before calling NodePublishVolume.
+func Make(t targetpath.Target) error {
+	pfd, err := openParent(t)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Mkdirat(pfd, t.Leaf, 0o750); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fault.Wrap(fault.Internal, err, "create target %q", t.Path())
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, t.Leaf, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fault.Wrap(fault.Internal, err, "inspect target %q", t.Path())
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fault.New(fault.InvalidArgument, "target %q is %s, not a directory; refusing to mount on it", t.Path(), kind(st.Mode))
+	}
+	return nil
+}
+
+// Remove removes the target if it is an empty directory; a target that is
+// already gone, or whose parent is, is not an error. Anything else at the
+// target (a file, a symlink, a socket) is left in place and reported.
+func Remove(t targetpath.Target) error {
+	pfd, err := openParent(t)
+	var pe *parentError
+	if errors.As(err, &pe) && errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, t.Leaf, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fault.Wrap(fault.Internal, err, "inspect target %q", t.Path())
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fault.New(fault.FailedPrecondition, "target %q is %s, not a directory; left in place", t.Path(), kind(st.Mode))
+	}
+	if err := unix.Unlinkat(pfd, t.Leaf, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fault.Wrap(fault.FailedPrecondition, err, "remove target directory %q", t.Path())
+	}
+	return nil
+}
+
+func kind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFDIR:
+		return "a directory"
+	}
+	return fmt.Sprintf("a file of type %#o", mode&unix.S_IFMT)
+}

@@ -1,0 +1,101 @@
+package targetdir
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/targetpath"
+)
+
+func target(t *testing.T, root, p string) targetpath.Target {
+	t.Helper()
+	tg, err := targetpath.Rule{KubeletDir: root}.Check(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg
+}
+
+func TestMakeAndRemove(t *testing.T) {
+	root := t.TempDir()
+	parent := filepath.Join(root, "pods/u/volumes/kubernetes.io~csi/v")
+	if err := os.MkdirAll(parent, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	tg := target(t, root, parent+"/mount")
+	for i := 0; i < 2; i++ {
+		if err := Make(tg); err != nil {
+			t.Fatalf("Make (%d): %v", i, err)
+		}
+	}
+	if st, err := os.Lstat(tg.Path()); err != nil || !st.IsDir() {
+		t.Fatalf("target after Make: %v %v", st, err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := Remove(tg); err != nil {
+			t.Fatalf("Remove (%d): %v", i, err)
+		}
+	}
+	if _, err := os.Lstat(tg.Path()); !os.IsNotExist(err) {
+		t.Fatalf("target still there: %v", err)
+	}
+	missing := target(t, root, filepath.Join(root, "pods/gone/volumes/kubernetes.io~csi/v/mount"))
+	if err := Remove(missing); err != nil {
+		t.Errorf("Remove with a missing parent: %v", err)
+	}
+	if err := Make(missing); fault.KindOf(err) != fault.NotFound {
+		t.Errorf("Make with a missing parent = %v, want NotFound", err)
+	}
+}
+
+// TestSymlinksAreNeverFollowed: a symlink anywhere below the base (as a
+// parent or as the target) makes Make refuse, creating nothing at the
+// symlink's destination, and Remove leave everything in place.
+func TestSymlinksAreNeverFollowed(t *testing.T) {
+	root := t.TempDir()
+	elsewhere := t.TempDir()
+	pods := filepath.Join(root, "pods")
+	os.MkdirAll(filepath.Join(pods, "u/volumes/kubernetes.io~csi"), 0o750)
+	// A parent that is a symlink to elsewhere.
+	if err := os.Symlink(elsewhere, filepath.Join(pods, "u/volumes/kubernetes.io~csi/v")); err != nil {
+		t.Fatal(err)
+	}
+	tg := target(t, root, filepath.Join(pods, "u/volumes/kubernetes.io~csi/v/mount"))
+	if err := Make(tg); fault.KindOf(err) != fault.InvalidArgument {
+		t.Errorf("Make through a symlinked parent = %v, want InvalidArgument", err)
+	}
+	if _, err := os.Lstat(filepath.Join(elsewhere, "mount")); !os.IsNotExist(err) {
+		t.Errorf("Make created the target at the symlink's destination: %v", err)
+	}
+	os.Mkdir(filepath.Join(elsewhere, "mount"), 0o750)
+	if err := Remove(tg); fault.KindOf(err) != fault.InvalidArgument {
+		t.Errorf("Remove through a symlinked parent = %v, want InvalidArgument", err)
+	}
+	if _, err := os.Lstat(filepath.Join(elsewhere, "mount")); err != nil {
+		t.Errorf("Remove reached the symlink's destination: %v", err)
+	}
+
+	// A target that is itself a symlink, a file or a socket.
+	os.MkdirAll(filepath.Join(pods, "w/volumes/kubernetes.io~csi/v"), 0o750)
+	tw := target(t, root, filepath.Join(pods, "w/volumes/kubernetes.io~csi/v/mount"))
+	os.Symlink(elsewhere, tw.Path())
+	if err := Make(tw); fault.KindOf(err) != fault.InvalidArgument {
+		t.Errorf("Make on a symlink target = %v", err)
+	}
+	if err := Remove(tw); fault.KindOf(err) != fault.FailedPrecondition {
+		t.Errorf("Remove of a symlink target = %v", err)
+	}
+	os.Remove(tw.Path())
+	os.WriteFile(tw.Path(), []byte("data"), 0o600)
+	if err := Remove(tw); fault.KindOf(err) != fault.FailedPrecondition {
+		t.Errorf("Remove of a regular file = %v", err)
+	}
+	if b, err := os.ReadFile(tw.Path()); err != nil || string(b) != "data" {
+		t.Errorf("the regular file was touched: %q %v", b, err)
+	}
+	if _, err := os.Lstat(elsewhere); err != nil {
+		t.Errorf("symlink destination gone: %v", err)
+	}
+}

@@ -1,0 +1,86 @@
+package targetpath
+
+import (
+	"path"
+	"strings"
+	"testing"
+)
+
+func TestCheckKubelet(t *testing.T) {
+	r := Rule{KubeletDir: "/var/lib/kubelet"}
+	good := "/var/lib/kubelet/pods/0b6c-11/volumes/kubernetes.io~csi/pvc-1/mount"
+	tg, err := r.Check(good)
+	if err != nil || tg.Base != "/var/lib/kubelet" || tg.Parent != "pods/0b6c-11/volumes/kubernetes.io~csi/pvc-1" || tg.Leaf != "mount" || tg.Path() != good {
+		t.Fatalf("Check(%q) = %+v, %v", good, tg, err)
+	}
+	if _, err := r.Check("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/team a/mount"); err != nil {
+		t.Errorf("a volume name with a space: %v", err)
+	}
+	bad := map[string]string{
+		"":                                       "required",
+		"relative/pods":                          "absolute",
+		"/var/lib/kubelet/pods/../../../../sbin": "clean",
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/../mount":   "clean",
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/../mount": "clean",
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount/":   "clean",
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi//mount":     "clean",
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~nfs/v/mount":    "kubelet CSI volume path",
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount/x":  "kubelet CSI volume path",
+		"/var/lib/kubeletX/pods/u/volumes/kubernetes.io~csi/v/mount":   "not below",
+		"/usr/sbin":        "not below",
+		"/var/lib/kubelet": "not below",
+		"/var/lib/kubelet/plugins/nfsdir.csi.io/csi.sock":          "kubelet CSI volume path",
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/\x00": "NUL",
+		"/" + strings.Repeat("a", 5000):                            "bytes long",
+	}
+	for p, want := range bad {
+		if _, err := r.Check(p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check(%q) = %v, want an error with %q", p, err, want)
+		}
+	}
+}
+
+func TestCheckRoot(t *testing.T) {
+	r := Rule{Root: "/tmp/csi/"}
+	tg, err := r.Check("/tmp/csi/a/target")
+	if err != nil || tg.Base != "/tmp/csi" || tg.Parent != "a" || tg.Leaf != "target" {
+		t.Fatalf("Check = %+v, %v", tg, err)
+	}
+	if tg, err := r.Check("/tmp/csi/t"); err != nil || tg.Parent != "" || tg.Path() != "/tmp/csi/t" {
+		t.Fatalf("Check directly below the root = %+v, %v", tg, err)
+	}
+	for _, p := range []string{"/tmp/csi", "/tmp/csi/", "/tmp/csi/../etc", "/tmp/csix/a", "/etc/passwd"} {
+		if _, err := r.Check(p); err == nil {
+			t.Errorf("Check(%q) accepted", p)
+		}
+	}
+	if _, err := (Rule{}).Check("/a/b"); err == nil {
+		t.Error("an empty rule accepted a target")
+	}
+}
+
+func FuzzCheck(f *testing.F) {
+	f.Add("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount", true)
+	f.Add("/var/lib/kubelet/pods/../x", false)
+	f.Fuzz(func(t *testing.T, p string, kubelet bool) {
+		r := Rule{Root: "/var/lib/kubelet"}
+		if kubelet {
+			r = Rule{KubeletDir: "/var/lib/kubelet"}
+		}
+		tg, err := r.Check(p)
+		if err != nil {
+			return
+		}
+		if tg.Path() != p || path.Clean(p) != p || !strings.HasPrefix(p, "/var/lib/kubelet/") {
+			t.Fatalf("Check(%q) accepted %+v", p, tg)
+		}
+		for _, s := range strings.Split(p, "/")[1:] {
+			if s == ".." || s == "." || s == "" {
+				t.Fatalf("Check(%q) accepted a %q segment", p, s)
+			}
+		}
+		if kubelet && (tg.Leaf != "mount" || !strings.HasPrefix(tg.Parent, "pods/")) {
+			t.Fatalf("Check(%q) accepted %+v outside kubelet's layout", p, tg)
+		}
+	})
+}
