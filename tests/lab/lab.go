@@ -19,6 +19,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/csiserver"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"golang.org/x/sys/unix"
 )
 
 // Inside reports whether the test runs in the NFS lab guest.
@@ -118,6 +119,40 @@ func StopNFSServer(t testing.TB) { Sh(t, "rpc.nfsd 0") }
 // period so that clients can lock and open at once.
 func StartNFSServer(t testing.TB) {
 	Sh(t, "rpc.nfsd 8 && (echo Y > /proc/fs/nfsd/v4_end_grace) 2>/dev/null; (echo Y > /proc/fs/lockd/nlm_end_grace) 2>/dev/null; true")
+}
+
+// CutNetwork takes the guest's loopback link down: the NFS server (on
+// 127.0.0.1) stops answering without losing any state, as in a network
+// partition; unix sockets (the CSI endpoint) keep working. It starts no
+// process: a fork of a process holding files with dirty NFS pages closes
+// them in execve, and that close waits for the server.
+func CutNetwork(t testing.TB) { setLoopback(t, false) }
+
+// RestoreNetwork brings the loopback link back, also without a process.
+func RestoreNetwork(t testing.TB) { setLoopback(t, true) }
+
+func setLoopback(t testing.TB, up bool) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		t.Fatal(err)
+	}
+	flags := ifr.Uint16() &^ unix.IFF_UP
+	if up {
+		flags |= unix.IFF_UP
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		t.Fatalf("set lo up=%v: %v", up, err)
+	}
 }
 
 // ReplaceExport replaces the filesystem behind the main export with a fresh,
