@@ -25,3 +25,25 @@ func Unescape(field string) string {
 }
 
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// SourcePath returns the path part of an NFS mount source "host:/path"
+// ("[v6]:/path" for IPv6 literals), or "" when source has no host part.
+// The kernel shows a superblock's first source for every mount sharing it:
+// an NFSv4 mount of "[::1]:/export" that the client finds to be the same
+// server as an existing "127.0.0.1:/export" mount is listed with the
+// latter, so only the path can be compared.
+func SourcePath(source string) string {
+	host := source
+	if strings.HasPrefix(source, "[") {
+		i := strings.Index(source, "]:")
+		if i < 0 {
+			return ""
+		}
+		return source[i+2:]
+	}
+	i := strings.IndexByte(host, ':')
+	if i < 0 {
+		return ""
+	}
+	return source[i+1:]
+}

@@ -23,6 +23,22 @@ func TestUnescape(t *testing.T) {
 	}
 }
 
+func TestSourcePath(t *testing.T) {
+	cases := map[string]string{
+		"127.0.0.1:/export/a b": "/export/a b",
+		"[::1]:/export":         "/export",
+		"[fd00::1]:/x:/y":       "/x:/y",
+		"nfs.example:/":         "/",
+		"tmpfs":                 "",
+		"[::1]/x":               "",
+	}
+	for in, want := range cases {
+		if got := SourcePath(in); got != want {
+			t.Errorf("SourcePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // escape is the kernel's mangling of mountinfo fields (seq_escape with
 // " \t\n\\").
 func escape(s string) string {

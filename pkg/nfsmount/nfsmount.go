@@ -129,7 +129,9 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 	if err != nil {
 		return err
 	}
-	if e == nil || !strings.HasPrefix(e.FsType, "nfs") || e.Source != source {
+	// Only the path of the source is compared: a mount sharing a
+	// superblock is listed with that superblock's first host name.
+	if e == nil || !strings.HasPrefix(e.FsType, "nfs") || mounttable.SourcePath(e.Source) != mounttable.SourcePath(source) {
 		found := "nothing"
 		if e != nil {
 			found = fmt.Sprintf("%s %q", e.FsType, e.Source)
