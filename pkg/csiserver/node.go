@@ -38,7 +38,8 @@ type Node struct {
 	mounter      nfsmount.Mounter
 	mountTimeout time.Duration
 	targets      targetpath.Rule // where targets may be
-	locks        keylock.Set
+	locks        keylock.Set     // by target path
+	volumeLocks  keylock.Set     // by mount source, for single-writer publishes
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
@@ -133,8 +134,16 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 			return nil, toStatus(err)
 		}
 	}
-	if err := s.checkSingleWriter(req.GetVolumeCapability(), source, target); err != nil {
-		return nil, err
+	if singleWriter(req.GetVolumeCapability()) {
+		// The check and the mount must be one step per volume, or two
+		// publishes on different targets could both pass the check.
+		if !s.volumeLocks.TryAcquire(source) {
+			return nil, busy("volume " + source)
+		}
+		defer s.volumeLocks.Release(source)
+		if err := s.checkSingleWriter(source, target); err != nil {
+			return nil, err
+		}
 	}
 	if err := targetdir.Make(tg); err != nil {
 		return nil, toStatus(err)
@@ -151,12 +160,14 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
+func singleWriter(c *csi.VolumeCapability) bool {
+	return c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+}
+
 // checkSingleWriter refuses a SINGLE_NODE_SINGLE_WRITER publish when the
-// volume is already mounted at another target on this node.
-func (s *Node) checkSingleWriter(c *csi.VolumeCapability, source, target string) error {
-	if c.GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
-		return nil
-	}
+// volume is already mounted at another target on this node. The caller
+// holds the volume's lock.
+func (s *Node) checkSingleWriter(source, target string) error {
 	targets, err := s.mounter.Targets(source)
 	if err != nil {
 		return toStatus(err)

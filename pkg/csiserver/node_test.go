@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -141,5 +142,40 @@ func TestBackgroundMountOptionRefused(t *testing.T) {
 		if strings.Contains(a, target) {
 			t.Errorf("mounter called: %s", a)
 		}
+	}
+}
+
+// TestSingleWriterIsCheckedPerVolume: two concurrent
+// SINGLE_NODE_SINGLE_WRITER publishes of one volume on different targets
+// never both succeed (issue 11, finding 11).
+func TestSingleWriterIsCheckedPerVolume(t *testing.T) {
+	conn, m := startFake(t)
+	m.MountDelay = 200 * time.Millisecond
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	v := createFake(t, ctl, "pvc-rwop", nil)
+	sw := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)
+	base := t.TempDir()
+	errs := make(chan error, 2)
+	for _, name := range []string{"a", "b"} {
+		target := filepath.Join(base, name)
+		go func() {
+			_, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target,
+				VolumeCapability: sw, VolumeContext: v.VolumeContext})
+			errs <- err
+		}()
+	}
+	ok := 0
+	for i := 0; i < 2; i++ {
+		err := <-errs
+		switch status.Code(err) {
+		case codes.OK:
+			ok++
+		case codes.Aborted, codes.FailedPrecondition:
+		default:
+			t.Errorf("publish: %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d of 2 concurrent single-writer publishes succeeded, want 1", ok)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 )
@@ -24,6 +25,9 @@ type Fake struct {
 	actions []string
 	// MountErr, when set, is returned by Mount for any source it holds.
 	MountErr map[string]error
+	// MountDelay, when set, is how long Mount waits (without holding the
+	// fake's lock) before it mounts.
+	MountDelay time.Duration
 }
 
 var _ nfsmount.Mounter = (*Fake)(nil)
@@ -48,6 +52,12 @@ func (f *Fake) local(source string) (string, error) {
 
 // Mount links target to the local directory of source.
 func (f *Fake) Mount(ctx context.Context, source, target string, options []string) error {
+	if f.MountDelay > 0 {
+		select {
+		case <-time.After(f.MountDelay):
+		case <-ctx.Done():
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.actions = append(f.actions, "mount "+source+" "+target+" "+strings.Join(options, ","))
