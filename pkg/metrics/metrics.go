@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,11 +84,33 @@ func HealthHandler(ready func() error) http.Handler {
 // returns the listening address once the listener is open, or the listen
 // error; serving errors are logged.
 func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, error) {
-	l, err := net.Listen("tcp", addr)
+	l, err := serve(ctx, addr, h, defaultLimits)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return l.Addr(), nil
+}
+
+// limits bound what HTTP clients can hold: the node plugin serves on the
+// host network, where any pod may connect.
+type limits struct {
+	conns                     int // connections open at once; more are closed at accept
+	header, read, write, idle time.Duration
+	maxHeaderBytes            int
+}
+
+var defaultLimits = limits{conns: 32, header: 5 * time.Second, read: 10 * time.Second,
+	write: 30 * time.Second, idle: 30 * time.Second, maxHeaderBytes: 8 << 10}
+
+func serve(ctx context.Context, addr string, h http.Handler, lim limits) (*capListener, error) {
+	tl, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &capListener{Listener: tl, slots: make(chan struct{}, lim.conns)}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.header, ReadTimeout: lim.read,
+		WriteTimeout: lim.write, IdleTimeout: lim.idle, MaxHeaderBytes: lim.maxHeaderBytes,
+	}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.Errorf("HTTP server on %s: %v", addr, err)
@@ -99,6 +122,42 @@ func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, error) {
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
-	klog.Infof("serving HTTP on %s", l.Addr())
-	return l.Addr(), nil
+	klog.InfoS("serving HTTP", "address", l.Addr().String(), "maxConnections", lim.conns)
+	return l, nil
+}
+
+// capListener closes a new connection at once when the cap is reached,
+// instead of letting it wait and hold memory.
+type capListener struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &slotConn{Conn: c, release: func() { <-l.slots }}, nil
+		default:
+			c.Close()
+		}
+	}
+}
+
+// open returns how many accepted connections are open.
+func (l *capListener) open() int { return len(l.slots) }
+
+type slotConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }

@@ -3,7 +3,9 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -75,5 +77,63 @@ func TestServeStopsWithContext(t *testing.T) {
 	}
 	if _, err := Serve(context.Background(), "256.0.0.1:1", mux); err == nil {
 		t.Error("bad address accepted")
+	}
+}
+
+// TestServeBoundsConnections: a flood of connections that send nothing,
+// and keep-alive connections left idle, never hold more than the cap, are
+// closed by the timeouts, and a real client is served afterwards
+// (issue 17, finding 7: 4,000 idle connections were all still open after
+// 15 s).
+func TestServeBoundsConnections(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", HealthHandler(func() error { return nil }))
+	lim := limits{conns: 8, header: 300 * time.Millisecond, read: time.Second, write: time.Second, idle: 300 * time.Millisecond, maxHeaderBytes: 4096}
+	l, err := serve(ctx, "127.0.0.1:0", mux, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := l.open(); n > lim.conns {
+		t.Fatalf("%d connections held, cap %d", n, lim.conns)
+	}
+	// Keep-alive clients that go idle.
+	for i := 0; i < 4; i++ {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.open() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := l.open(); n != 0 {
+		t.Fatalf("%d connections still open after the header and idle timeouts", n)
+	}
+	resp, err := http.Get("http://" + l.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatalf("a real client after the flood: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /healthz = %d", resp.StatusCode)
 	}
 }
