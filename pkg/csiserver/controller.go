@@ -113,7 +113,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	klog.Infof("volume %s: %s on %s (onDelete=%s, mode %04o)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode)
+	klog.Infof("volume %q: %q on %s (onDelete=%s, mode %04o)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode)
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      id.String(),
 		CapacityBytes: rec.CapacityBytes,

@@ -4,12 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 )
@@ -178,4 +180,48 @@ func TestSingleWriterIsCheckedPerVolume(t *testing.T) {
 	if ok != 1 {
 		t.Fatalf("%d of 2 concurrent single-writer publishes succeeded, want 1", ok)
 	}
+}
+
+// TestLogsQuoteRequestStrings: a target path or volume ID holding a
+// newline cannot forge a log line (issue 17, finding 12).
+func TestLogsQuoteRequestStrings(t *testing.T) {
+	var buf syncBuffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&buf)
+	defer func() { klog.LogToStderr(true); klog.SetOutput(os.Stderr) }()
+	conn, _ := startFake(t)
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	v := createFake(t, ctl, "pvc-log", nil)
+	forged := "\nE1130 00:00:00.000000 1 forged.go:1] FORGED"
+	target := filepath.Join(t.TempDir(), "t"+forged)
+	node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId + forged, TargetPath: target,
+		VolumeCapability: rwx, VolumeContext: v.VolumeContext})
+	node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.VolumeId + forged, TargetPath: "/nonexistent" + forged})
+	klog.Flush()
+	out := buf.String()
+	if !strings.Contains(out, "FORGED") {
+		t.Fatalf("the calls were not logged:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "E1130 00:00:00.000000 1 forged.go") {
+			t.Errorf("forged log line: %q", line)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -352,7 +352,7 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 	if exists {
 		switch rec.OnDelete {
 		case params.Retain:
-			klog.Infof("volume %s: retaining %q", rec.Name, rec.SubDir)
+			klog.Infof("volume %q: retaining %q", rec.Name, rec.SubDir)
 		case params.Archive:
 			if err := archive(root, rec); err != nil {
 				return err
@@ -390,7 +390,7 @@ func archive(root *os.Root, rec *Record) error {
 			}
 			return fmt.Errorf("archive %q as %q: %w", rec.SubDir, name, err)
 		}
-		klog.Infof("volume %s: archived %q as %q", rec.Name, rec.SubDir, name)
+		klog.Infof("volume %q: archived %q as %q", rec.Name, rec.SubDir, name)
 		return nil
 	}
 	return fault.New(fault.ResourceExhausted, "no free archive name for %q", rec.SubDir)

@@ -73,7 +73,7 @@ func (p *Purger) Kick(ctx context.Context, sharePath string, a *Area) {
 			defer func() { <-p.sem }()
 			start := time.Now()
 			if err := p.removeAt(ctx, int(trash.Fd()), name); err != nil {
-				klog.Warningf("purge %s/%s on %s: %v (will retry)", trashDir, name, sharePath, err)
+				klog.Warningf("purge %q on %s: %v (will retry)", trashDir+"/"+name, sharePath, err)
 				return
 			}
 			klog.V(2).Infof("purged %s/%s on %s in %s", trashDir, name, sharePath, time.Since(start).Round(time.Millisecond))

@@ -138,7 +138,7 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 		return nil, err
 	}
 	if cur != nil && cur.Source != e.String() {
-		klog.Warningf("%s holds %s, not %s; unmounting it", mp, cur.Source, e)
+		klog.Warningf("%q holds %q, not %q; unmounting it", mp, cur.Source, e.String())
 		if err := m.mounter.Unmount(ctx, mp); err != nil {
 			return nil, fault.Wrap(fault.Unavailable, err, "share %s", e)
 		}
@@ -199,7 +199,7 @@ func (m *Manager) Known() ([]export.Export, []mountopts.Options) {
 		e, err := export.New(k.Server, k.Share)
 		o, oerr := mountopts.Parse(k.Options)
 		if err != nil || oerr != nil {
-			klog.Warningf("state directory: ignoring %s: %v %v", en.Name(), err, oerr)
+			klog.Warningf("state directory: ignoring %q: %v %v", en.Name(), err, oerr)
 			continue
 		}
 		exps, opts = append(exps, e), append(opts, o)
