@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/params"
 )
 
@@ -66,13 +67,23 @@ type Config struct {
 	// PublishRoot, when set, replaces kubelet's layout: any target below it
 	// is accepted (container orchestrators other than Kubernetes, csi-sanity).
 	PublishRoot string
+	// MountDefaults, MountForced and MountAllowed are the node's mount
+	// option policy as comma lists (see mountopts.Policy).
+	MountDefaults, MountForced, MountAllowed string
+}
+
+// MountPolicy returns the node's mount option policy; Validate has checked
+// it.
+func (c Config) MountPolicy() mountopts.Policy {
+	p, _ := mountopts.ParsePolicy(c.MountDefaults, c.MountForced, c.MountAllowed)
+	return p
 }
 
 // Default returns a Config with every default applied.
 func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
 		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4,
-		KubeletDir: DefaultKubeletDir}
+		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String()}
 }
 
 // Controller reports whether the controller service runs.
@@ -108,6 +119,9 @@ func (c Config) Validate() error {
 	}
 	if c.Node() && c.KubeletDir == "" && c.PublishRoot == "" {
 		return fmt.Errorf("--kubelet-dir is required when the node service runs (or --publish-root outside Kubernetes)")
+	}
+	if _, err := mountopts.ParsePolicy(c.MountDefaults, c.MountForced, c.MountAllowed); err != nil {
+		return fmt.Errorf("--mount-options-default/--mount-options-forced/--mount-options-allowed: %v", err)
 	}
 	if _, err := params.ParseOnDelete(string(c.DefaultOnDelete)); err != nil {
 		return fmt.Errorf("--default-on-delete: %v", err)

@@ -38,8 +38,9 @@ type Node struct {
 	mounter      nfsmount.Mounter
 	mountTimeout time.Duration
 	targets      targetpath.Rule // where targets may be
-	locks        keylock.Set     // by target path
-	volumeLocks  keylock.Set     // by mount source, for single-writer publishes
+	policy       mountopts.Policy
+	locks        keylock.Set // by target path
+	volumeLocks  keylock.Set // by mount source, for single-writer publishes
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
@@ -90,6 +91,9 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		return nil, invalid("%v", err)
 	}
 	opts, err := mountopts.Parse(classOpts.String(), vol.MountOptions.String())
+	if err == nil {
+		opts, err = s.policy.Apply(opts)
+	}
 	if err != nil {
 		return nil, invalid("%v", err)
 	}

@@ -225,3 +225,35 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestMountPolicy: nosuid and nodev by default, undone by the class's
+// "suid"; a forced option cannot be undone by a later one (issue 17,
+// finding 9: "nosuid,nodev" then "suid,dev" was accepted).
+func TestMountPolicy(t *testing.T) {
+	conn, m, _ := startFakeWith(t, func(c *config.Config) { c.MountForced = "nodev" })
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	v := createFake(t, ctl, "pvc-policy", nil)
+	publish := func(target string, flags ...string) error {
+		_, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target,
+			VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, flags...), VolumeContext: v.VolumeContext})
+		return err
+	}
+	base := t.TempDir()
+	if err := publish(filepath.Join(base, "a"), "nfsvers=4.1"); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := m.Mounted(filepath.Join(base, "a")); e == nil || strings.Join(e.Options, ",") != "nodev,nosuid,nfsvers=4.1" {
+		t.Errorf("default options: %+v", e)
+	}
+	if err := publish(filepath.Join(base, "b"), "suid"); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := m.Mounted(filepath.Join(base, "b")); e == nil || strings.Join(e.Options, ",") != "nodev,suid" {
+		t.Errorf("suid from the class: %+v", e)
+	}
+	for _, flags := range [][]string{{"dev"}, {"nosuid,nodev", "suid,dev"}} {
+		if err := publish(filepath.Join(base, "c"), flags...); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("publish with %q = %v, want InvalidArgument", flags, err)
+		}
+	}
+}

@@ -77,7 +77,8 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		if cfg.PublishRoot != "" {
 			rule = targetpath.Rule{Root: cfg.PublishRoot}
 		}
-		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule})
+		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
+			policy: cfg.MountPolicy()})
 	}
 	return d, nil
 }

@@ -77,12 +77,119 @@ func (o Options) checkConflicts() error {
 		}
 		vals[name] = val
 	}
-	if _, ro := vals["ro"]; ro {
-		if _, rw := vals["rw"]; rw {
-			return fmt.Errorf(`mount options contain both "ro" and "rw"`)
+	for _, opt := range o {
+		if opp := opposite(opt); opp != "" {
+			if _, both := vals[opp]; both {
+				return fmt.Errorf("mount options contain both %q and %q", opt, opp)
+			}
 		}
 	}
 	return nil
+}
+
+// pairs are flag options whose opposite is not their "no" form.
+var pairs = map[string]string{"ro": "rw", "rw": "ro", "hard": "soft", "soft": "hard", "sync": "async", "async": "sync"}
+
+// opposite returns the flag option that undoes o ("suid" for "nosuid",
+// "noexec" for "exec", "rw" for "ro"), or "" when o has a value.
+func opposite(o string) string {
+	if strings.Contains(o, "=") {
+		return ""
+	}
+	if p, ok := pairs[o]; ok {
+		return p
+	}
+	if rest, ok := strings.CutPrefix(o, "no"); ok && rest != "" {
+		return rest
+	}
+	return "no" + o
+}
+
+// name returns the option's name without its value.
+func name(o string) string {
+	n, _, _ := strings.Cut(o, "=")
+	if versionKeys[n] {
+		return "nfsvers"
+	}
+	return n
+}
+
+// Policy is the node's rule for publish mount options: Defaults apply
+// unless the volume's options say otherwise; Forced always apply and no
+// option may undo them; when Allowed is not nil, every other option's name
+// must be in it.
+type Policy struct {
+	Defaults Options
+	Forced   Options
+	Allowed  map[string]bool
+}
+
+// DefaultPolicy adds nosuid and nodev: an NFS server's set-user-ID files
+// and device nodes get no power on the node unless a StorageClass asks for
+// "suid" or "dev".
+var DefaultPolicy = Policy{Defaults: Options{"nosuid", "nodev"}}
+
+// Apply returns the options to mount with: the forced options, the
+// defaults the volume's options do not override, then the volume's own.
+// An option the policy does not allow, or one that undoes or changes a
+// forced option, is an error naming it.
+func (p Policy) Apply(o Options) (Options, error) {
+	forced := map[string]string{}
+	for _, f := range p.Forced {
+		forced[name(f)] = f
+		if opp := opposite(f); opp != "" {
+			forced[opp] = f
+		}
+	}
+	overridden := map[string]bool{}
+	for _, opt := range o {
+		if f, ok := forced[name(opt)]; ok && f != opt {
+			return nil, fmt.Errorf("mount option %q is refused: the node's policy forces %q", opt, f)
+		}
+		if _, ok := forced[name(opt)]; !ok && p.Allowed != nil && !p.Allowed[name(opt)] {
+			return nil, fmt.Errorf("mount option %q is not allowed by the node's policy", opt)
+		}
+		overridden[name(opt)] = true
+		if opp := opposite(opt); opp != "" {
+			overridden[opp] = true
+		}
+	}
+	out := append(Options{}, p.Forced...)
+	for _, d := range p.Defaults {
+		if !overridden[name(d)] && !out.Has(d) {
+			out = append(out, d)
+		}
+	}
+	for _, opt := range o {
+		if !out.Has(opt) {
+			out = append(out, opt)
+		}
+	}
+	return out, out.checkConflicts()
+}
+
+// ParsePolicy builds a policy from comma lists (flag values); allowed ""
+// allows every option.
+func ParsePolicy(defaults, forced, allowed string) (Policy, error) {
+	var p Policy
+	var err error
+	if p.Defaults, err = Parse(defaults); err != nil {
+		return p, fmt.Errorf("default mount options: %v", err)
+	}
+	if p.Forced, err = Parse(forced); err != nil {
+		return p, fmt.Errorf("forced mount options: %v", err)
+	}
+	if allowed != "" {
+		names, err := Parse(allowed)
+		if err != nil {
+			return p, fmt.Errorf("allowed mount options: %v", err)
+		}
+		p.Allowed = map[string]bool{}
+		for _, n := range names {
+			p.Allowed[name(n)] = true
+		}
+	}
+	return p, nil
 }
 
 // WithReadOnly returns the options with "ro" added and "rw" removed when

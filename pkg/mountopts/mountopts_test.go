@@ -15,15 +15,17 @@ func TestParse(t *testing.T) {
 		t.Errorf("Parse = %v, want %v", got, want)
 	}
 	bad := map[string][]string{
-		"set nfsvers twice": {"nfsvers=3", "vers=4.1"},
-		"both":              {"ro,rw"},
-		"space":             {"a b"},
-		"must not start":    {"-o"},
-		"quote":             {`a="b"`},
-		"longer than 256":   {"x=" + strings.Repeat("y", 300)},
-		"set timeo twice":   {"timeo=1,timeo=2"},
-		"control character": {"a\nb"},
-		`"bg" is refused`:   {"hard,bg"},
+		"set nfsvers twice":        {"nfsvers=3", "vers=4.1"},
+		"both":                     {"ro,rw"},
+		"space":                    {"a b"},
+		"must not start":           {"-o"},
+		"quote":                    {`a="b"`},
+		"longer than 256":          {"x=" + strings.Repeat("y", 300)},
+		"set timeo twice":          {"timeo=1,timeo=2"},
+		"control character":        {"a\nb"},
+		`"bg" is refused`:          {"hard,bg"},
+		`both "nosuid" and "suid"`: {"nosuid,nodev", "suid"},
+		`both "soft" and "hard"`:   {"soft", "hard"},
 	}
 	for want, lists := range bad {
 		if _, err := Parse(lists...); err == nil || !strings.Contains(err.Error(), want) {
@@ -54,6 +56,46 @@ func TestReadOnlyAndShare(t *testing.T) {
 	}
 }
 
+func TestPolicy(t *testing.T) {
+	p := DefaultPolicy
+	cases := []struct{ in, want string }{
+		{"nfsvers=4.1", "nosuid,nodev,nfsvers=4.1"},
+		{"suid,hard", "nodev,suid,hard"},
+		{"dev,suid", "dev,suid"},
+		{"nodev", "nosuid,nodev"},
+	}
+	for _, c := range cases {
+		o, _ := Parse(c.in)
+		got, err := p.Apply(o)
+		if err != nil || got.String() != c.want {
+			t.Errorf("Apply(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	strict, err := ParsePolicy("nosuid", "nodev,sec=sys,noexec", "nfsvers,vers,hard,timeo,ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := Parse("vers=4.1,hard,ro")
+	if got, err := strict.Apply(o); err != nil || got.String() != "nodev,sec=sys,noexec,nosuid,vers=4.1,hard,ro" {
+		t.Errorf("strict Apply = %q, %v", got, err)
+	}
+	for in, want := range map[string]string{
+		"dev":          `forces "nodev"`,
+		"sec=krb5":     `forces "sec=sys"`,
+		"exec":         `forces "noexec"`,
+		"nosharecache": "not allowed",
+		"context=x":    "not allowed",
+	} {
+		o, _ := Parse(in)
+		if _, err := strict.Apply(o); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("strict Apply(%q) = %v, want %q", in, err, want)
+		}
+	}
+	if _, err := ParsePolicy("", "bg", ""); err == nil {
+		t.Error("a forced bg was accepted")
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add("nfsvers=4.1,hard")
 	f.Add("-o,ro")
@@ -66,6 +108,14 @@ func FuzzParse(f *testing.F) {
 		for _, opt := range o {
 			if opt == "" || strings.ContainsAny(opt, ", \t\n\"'\\") || strings.HasPrefix(opt, "-") {
 				t.Fatalf("accepted unsafe option %q", opt)
+			}
+		}
+		strict := Policy{Forced: Options{"nodev", "nosuid", "sec=sys"}, Defaults: Options{"noexec"}}
+		if got, err := strict.Apply(o); err == nil {
+			for _, f := range strict.Forced {
+				if !got.Has(f) || (opposite(f) != "" && got.Has(opposite(f))) {
+					t.Fatalf("Apply(%q) = %q undoes the forced %q", o, got, f)
+				}
 			}
 		}
 		again, err := Parse(o.String())

@@ -95,6 +95,10 @@ func TestNodeReadOnlyOptionIsIdempotentOnRealNFS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(target, "f"), nil, 0o644); err == nil {
 		t.Error("wrote to a read-only mount")
 	}
+	// The default policy: nosuid and nodev on every publish.
+	if line := lab.MountInfo(t, target); !strings.Contains(line, "nosuid") || !strings.Contains(line, "nodev") {
+		t.Errorf("mount lacks nosuid,nodev: %s", line)
+	}
 	c.Unpublish(t, v, target)
 }
 
