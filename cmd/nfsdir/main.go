@@ -74,6 +74,7 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.StringVar(&cfg.MountDefaults, "mount-options-default", cfg.MountDefaults, "mount options every publish gets unless the volume's options say otherwise (\"suid\" undoes \"nosuid\")")
 	fs.StringVar(&cfg.MountForced, "mount-options-forced", "", "mount options every publish gets; a volume option that undoes or changes one is refused")
 	fs.StringVar(&cfg.MountAllowed, "mount-options-allowed", "", "when set, the only mount option names a volume may use besides the forced ones (comma list, e.g. nfsvers,hard,timeo)")
+	fs.StringVar(&cfg.InlineAllow, "inline-volume-allow", "", "where CSI inline volumes may come from: a comma list of server:/path (read-only) and server:/path=rw; once given, even empty, nothing else is mounted inline")
 	fs.StringVar(&cfg.LogFormat, "logging-format", "text", "log format: text (klog) or json (one JSON object per line)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.BoolVar(&cfg.CheckOnly, "check-config", false, "validate the flags and exit without serving")
@@ -90,6 +91,7 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	if *showVersion {
 		return cfg, true, nil
 	}
+	cfg.InlineAllowSet = fs.Changed("inline-volume-allow")
 	cfg.Mode = config.Mode(*mode)
 	cfg.DefaultOnDelete = params.OnDelete(strings.ToLower(*onDelete))
 	return cfg, false, cfg.Validate()

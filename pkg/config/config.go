@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/params"
 )
@@ -67,9 +68,23 @@ type Config struct {
 	// PublishRoot, when set, replaces kubelet's layout: any target below it
 	// is accepted (container orchestrators other than Kubernetes, csi-sanity).
 	PublishRoot string
+	// InlineAllow lists where CSI inline volumes may come from
+	// (export.ParseAllowList); it is enforced only when InlineAllowSet.
+	InlineAllow    string
+	InlineAllowSet bool
 	// MountDefaults, MountForced and MountAllowed are the node's mount
 	// option policy as comma lists (see mountopts.Policy).
 	MountDefaults, MountForced, MountAllowed string
+}
+
+// InlinePolicy returns the allow-list of CSI inline volumes, or nil when
+// they are not restricted.
+func (c Config) InlinePolicy() *export.AllowList {
+	if !c.InlineAllowSet {
+		return nil
+	}
+	l, _ := export.ParseAllowList(c.InlineAllow)
+	return &l
 }
 
 // MountPolicy returns the node's mount option policy; Validate has checked
@@ -119,6 +134,9 @@ func (c Config) Validate() error {
 	}
 	if c.Node() && c.KubeletDir == "" && c.PublishRoot == "" {
 		return fmt.Errorf("--kubelet-dir is required when the node service runs (or --publish-root outside Kubernetes)")
+	}
+	if _, err := export.ParseAllowList(c.InlineAllow); err != nil {
+		return fmt.Errorf("--inline-volume-allow: %v", err)
 	}
 	if _, err := mountopts.ParsePolicy(c.MountDefaults, c.MountForced, c.MountAllowed); err != nil {
 		return fmt.Errorf("--mount-options-default/--mount-options-forced/--mount-options-allowed: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,11 +17,13 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/keylock"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 	"github.com/nfsdir/nfsdir/pkg/targetdir"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -39,8 +42,9 @@ type Node struct {
 	mountTimeout time.Duration
 	targets      targetpath.Rule // where targets may be
 	policy       mountopts.Policy
-	locks        keylock.Set // by target path
-	volumeLocks  keylock.Set // by mount source, for single-writer publishes
+	inline       *export.AllowList // nil: inline volumes are not restricted
+	locks        keylock.Set       // by target path
+	volumeLocks  keylock.Set       // by mount source, for single-writer publishes
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
@@ -90,6 +94,9 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
+	if safepath.InMetaDir(path.Join(vol.Export.Share, vol.SubDir)) {
+		return nil, invalid("volume %q: %q lies inside nfsdir's metadata directory %s, which is never mounted", req.GetVolumeId(), path.Join(vol.Export.Share, vol.SubDir), safepath.MetaDir)
+	}
 	opts, err := mountopts.Parse(classOpts.String(), vol.MountOptions.String())
 	if err == nil {
 		opts, err = s.policy.Apply(opts)
@@ -97,7 +104,11 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	opts = opts.WithReadOnly(req.GetReadonly())
+	readOnly, err := s.checkInline(vol, opts, req.GetReadonly())
+	if err != nil {
+		return nil, err
+	}
+	opts = opts.WithReadOnly(readOnly)
 	source := vol.Export.Source(vol.SubDir)
 	target := tg.Path()
 
@@ -162,6 +173,30 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	}
 	s.track(req.GetVolumeId(), target, true)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkInline applies the inline-volume rules to a CSI inline volume, whose
+// attributes a pod author chose: no option that changes the mount point's
+// owner or mode (X-mount.*), and, when the node has an allow-list, only
+// exports on it, read-only unless the entry says rw. It returns whether to
+// mount read-only.
+func (s *Node) checkInline(vol params.Volume, opts mountopts.Options, readOnly bool) (bool, error) {
+	if !vol.Ephemeral {
+		return readOnly, nil
+	}
+	for _, o := range opts {
+		if strings.HasPrefix(strings.ToLower(o), "x-mount.") {
+			return false, invalid("inline volume: mount option %q is refused: it changes the mount point's owner or mode", o)
+		}
+	}
+	if s.inline == nil {
+		return readOnly, nil
+	}
+	ok, rw := s.inline.Allows(vol.Export, vol.SubDir)
+	if !ok {
+		return false, status.Errorf(codes.PermissionDenied, "inline volume %q is not on this node's inline allow-list (chart value feature.inlineVolumeAllow)", vol.Export.Source(vol.SubDir))
+	}
+	return readOnly || !rw, nil
 }
 
 func singleWriter(c *csi.VolumeCapability) bool {

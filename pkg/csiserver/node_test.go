@@ -1,6 +1,7 @@
 package csiserver
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -254,6 +255,56 @@ func TestMountPolicy(t *testing.T) {
 	for _, flags := range [][]string{{"dev"}, {"nosuid,nodev", "suid,dev"}} {
 		if err := publish(filepath.Join(base, "c"), flags...); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("publish with %q = %v, want InvalidArgument", flags, err)
+		}
+	}
+}
+
+// TestInlineVolumeRules: CSI inline volumes (attributes chosen by a pod
+// author) come only from the node's allow-list, read-only unless the entry
+// says rw, and may not pass X-mount.* options; no volume of any origin is
+// mounted from inside .nfsdir (issue 11 #13, issue 17 #10).
+func TestInlineVolumeRules(t *testing.T) {
+	conn, m, _ := startFakeWith(t, func(c *config.Config) {
+		c.InlineAllow, c.InlineAllowSet = "nfs.example:/export/ok=rw,nfs.example:/export/ro", true
+	})
+	node := csi.NewNodeClient(conn)
+	for _, d := range []string{"/export/ok/a", "/export/ro/b", "/export/other", "/export/.nfsdir/trash"} {
+		os.MkdirAll(m.ExportDir("nfs.example", d), 0o755)
+	}
+	base := t.TempDir()
+	publish := func(name, subDir string, ephemeral bool, opts string) error {
+		attrs := map[string]string{"server": "nfs.example", "share": "/export", "subDir": subDir, "mountOptions": opts}
+		if ephemeral {
+			attrs["csi.storage.k8s.io/ephemeral"] = "true"
+		}
+		_, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "csi-" + name, TargetPath: filepath.Join(base, name),
+			VolumeCapability: rwx, VolumeContext: attrs})
+		return err
+	}
+	if err := publish("rw", "ok/a", true, ""); err != nil {
+		t.Fatalf("inline volume on an rw entry: %v", err)
+	}
+	if e, _ := m.Mounted(filepath.Join(base, "rw")); e == nil || hasOption(e.Options, "ro") {
+		t.Errorf("rw entry mounted %+v", e)
+	}
+	if err := publish("ro", "ro/b", true, ""); err != nil {
+		t.Fatalf("inline volume on a read-only entry: %v", err)
+	}
+	if e, _ := m.Mounted(filepath.Join(base, "ro")); e == nil || !hasOption(e.Options, "ro") {
+		t.Errorf("read-only entry mounted %+v", e)
+	}
+	if err := publish("other", "other", true, ""); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("inline volume off the list = %v, want PermissionDenied", err)
+	}
+	if err := publish("owner", "ok/a", true, "X-mount.owner=1000"); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("inline volume with X-mount.owner = %v, want InvalidArgument", err)
+	}
+	if err := publish("static-other", "other", false, ""); err != nil {
+		t.Errorf("a persistent volume is not subject to the inline list: %v", err)
+	}
+	for _, ephemeral := range []bool{true, false} {
+		if err := publish(fmt.Sprint("meta-", ephemeral), ".nfsdir/trash", ephemeral, ""); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("volume inside .nfsdir (ephemeral=%v) = %v, want InvalidArgument", ephemeral, err)
 		}
 	}
 }

@@ -78,7 +78,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 			rule = targetpath.Rule{Root: cfg.PublishRoot}
 		}
 		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
-			policy: cfg.MountPolicy()})
+			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy()})
 	}
 	return d, nil
 }

@@ -112,3 +112,55 @@ func (e Export) Source(dir string) string {
 
 // String returns the export as "server:/share".
 func (e Export) String() string { return e.Source("") }
+
+// AllowList is a list of exports, each a server and a path prefix, that
+// volumes may be mounted from; an entry may allow writing or only reading.
+type AllowList []Allowed
+
+// Allowed is one entry of an AllowList.
+type Allowed struct {
+	Export
+	ReadWrite bool
+}
+
+// ParseAllowList parses a comma list of "server:/path" (read-only) and
+// "server:/path=rw" entries; IPv6 servers in brackets. "" is an empty list.
+func ParseAllowList(s string) (AllowList, error) {
+	var out AllowList
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		src, mode, _ := strings.Cut(item, "=")
+		if mode != "" && mode != "rw" && mode != "ro" {
+			return nil, fmt.Errorf("allow-list entry %q: the mode after '=' must be rw or ro", item)
+		}
+		i := strings.LastIndex(src, ":/")
+		if i < 0 {
+			return nil, fmt.Errorf("allow-list entry %q must be server:/path", item)
+		}
+		e, err := New(src[:i], src[i+1:])
+		if err != nil {
+			return nil, fmt.Errorf("allow-list entry %q: %v", item, err)
+		}
+		out = append(out, Allowed{Export: e, ReadWrite: mode == "rw"})
+	}
+	return out, nil
+}
+
+// Allows reports whether dir below e's share lies at or below an entry's
+// path on the same server, and whether the best such entry allows writing.
+func (l AllowList) Allows(e Export, dir string) (ok, readWrite bool) {
+	full := path.Join(e.Share, dir)
+	for _, a := range l {
+		if a.Server != e.Server {
+			continue
+		}
+		if a.Share == "/" || full == a.Share || strings.HasPrefix(full, a.Share+"/") {
+			ok = true
+			readWrite = readWrite || a.ReadWrite
+		}
+	}
+	return ok, readWrite
+}

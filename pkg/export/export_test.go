@@ -53,3 +53,38 @@ func TestSource(t *testing.T) {
 		t.Errorf("Source = %q", got)
 	}
 }
+
+func TestAllowList(t *testing.T) {
+	l, err := ParseAllowList("nfs.example:/srv/inline=rw, 10.0.0.1:/ro-data ,[fd00::1]:/=ro")
+	if err != nil || len(l) != 3 {
+		t.Fatalf("ParseAllowList = %v, %v", l, err)
+	}
+	e := func(server, share string) Export { x, _ := New(server, share); return x }
+	cases := []struct {
+		e      Export
+		dir    string
+		ok, rw bool
+	}{
+		{e("nfs.example", "/srv"), "inline/a", true, true},
+		{e("nfs.example", "/srv/inline"), "", true, true},
+		{e("nfs.example", "/srv"), "inline-other", false, false},
+		{e("nfs.example", "/srv"), ".nfsdir", false, false},
+		{e("10.0.0.1", "/ro-data"), "x", true, false},
+		{e("10.0.0.2", "/ro-data"), "x", false, false},
+		{e("fd00:0::1", "/any"), "thing", true, false},
+	}
+	for _, c := range cases {
+		ok, rw := l.Allows(c.e, c.dir)
+		if ok != c.ok || rw != c.rw {
+			t.Errorf("Allows(%v, %q) = %v, %v; want %v, %v", c.e, c.dir, ok, rw, c.ok, c.rw)
+		}
+	}
+	for _, bad := range []string{"nfs.example", "nfs.example:/x=rwx", "-o:/x", "a:/../b"} {
+		if _, err := ParseAllowList(bad); err == nil {
+			t.Errorf("ParseAllowList(%q) accepted", bad)
+		}
+	}
+	if l, err := ParseAllowList(""); err != nil || len(l) != 0 {
+		t.Errorf("empty list: %v %v", l, err)
+	}
+}

@@ -139,7 +139,14 @@ type Volume struct {
 	Export       export.Export
 	SubDir       string // "" mounts the share itself (static volumes only)
 	MountOptions mountopts.Options
+	// Ephemeral is kubelet's mark of a CSI inline volume: a pod author,
+	// not a cluster administrator, chose its attributes.
+	Ephemeral bool
 }
+
+// KeyEphemeral is the attribute kubelet sets to "true" on CSI inline
+// volumes (with podInfoOnMount).
+const KeyEphemeral = "csi.storage.k8s.io/ephemeral"
 
 // ParseVolume parses volume attributes. Keys of csi-driver-nfs that matter
 // only to its controller (mountPermissions, onDelete, uid, gid) are accepted
@@ -166,6 +173,7 @@ func ParseVolume(attrs map[string]string) (Volume, error) {
 	if v.MountOptions, err = mountopts.Parse(m[KeyMountOptions]); err != nil {
 		return Volume{}, fmt.Errorf("volume attribute \"mountOptions\": %v", err)
 	}
+	v.Ephemeral = attrs[KeyEphemeral] == "true"
 	return v, nil
 }
 

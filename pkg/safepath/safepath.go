@@ -55,6 +55,18 @@ func CheckVolumePath(p string) error {
 	return nil
 }
 
+// InMetaDir reports whether any segment of the slash-separated path p is
+// nfsdir's metadata directory: a mount of such a path would expose records
+// and trash, whatever share it is on.
+func InMetaDir(p string) bool {
+	for _, s := range strings.Split(p, "/") {
+		if s == MetaDir {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckStaticPath returns nil when p is acceptable as the directory of a
 // volume nfsdir did not create (a static or csi-driver-nfs volume), which is
 // only ever mounted: "" (the share itself) or a clean relative path without
