@@ -1,6 +1,11 @@
-# nfsdir container image: a static Go binary on a small Debian base that
-# carries exactly what mounting NFS needs. Build with `make image` (docker
-# buildx, multi-arch). The driver runs as root because mount(2) requires it.
+# nfsdir container image: the static Go binary on a root file system that
+# holds only what mounting NFS needs: util-linux's mount and umount,
+# nfs-common's mount.nfs, their shared libraries and the few /etc files they
+# read. No shell, no package manager, no RPC daemons. The same script
+# (tests/k8s/nfsdir-rootfs.sh) assembles the image the lab tests run, so
+# the shipped user space is the tested one (tests/chart TestDockerfile).
+# Build with `make image` (docker buildx, multi-arch). The driver runs as
+# root because mount(2) requires it.
 FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
 ARG TARGETOS
 ARG TARGETARCH
@@ -15,10 +20,17 @@ RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build \
       -ldflags "-X github.com/nfsdir/nfsdir/pkg/version.Version=${VERSION} -X github.com/nfsdir/nfsdir/pkg/version.Commit=${COMMIT}" \
       -o /out/nfsdir ./cmd/nfsdir
 
-FROM debian:bookworm-slim
-# mount.nfs (nfs-common), mount/umount (mount), CA certificates for TLS.
+# The target architecture's Debian packages, unpacked (not installed) and
+# reduced to the binaries with their libraries.
+FROM debian:bookworm-slim AS rootfs
+WORKDIR /src
+COPY tests/nfsvm/userspace.sh tests/nfsvm/userspace.sh
+COPY tests/k8s/nfsdir-rootfs.sh tests/k8s/nfsdir-rootfs.sh
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nfs-common mount ca-certificates \
+ && bash tests/k8s/nfsdir-rootfs.sh /rootfs \
  && rm -rf /var/lib/apt/lists/*
+
+FROM scratch
+COPY --from=rootfs /rootfs/ /
 COPY --from=build /out/nfsdir /nfsdir
 ENTRYPOINT ["/nfsdir"]

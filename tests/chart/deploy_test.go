@@ -102,7 +102,10 @@ func TestExamples(t *testing.T) {
 
 // TestDockerfile checks what can be checked without a Docker engine: every
 // instruction is valid, the build is static with the same -X flags as
-// `make build`, and the binary built is the one copied and run.
+// `make build`, the binary built is the one copied and run, and the runtime
+// stage is the root file system the lab's image is made of (the same
+// script, tests/k8s/nfsdir-rootfs.sh) on scratch: no shell, no package
+// manager, nothing the lab does not test.
 func TestDockerfile(t *testing.T) {
 	b, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
@@ -110,8 +113,13 @@ func TestDockerfile(t *testing.T) {
 	}
 	text := strings.ReplaceAll(string(b), "\\\n", " ")
 	valid := map[string]bool{"FROM": true, "ARG": true, "WORKDIR": true, "COPY": true, "RUN": true, "ENTRYPOINT": true, "ENV": true, "LABEL": true, "USER": true}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var froms int
-	var build, copyBin, entry string
+	var build, copyBin, entry, rootfsRun string
+	var final []string // instructions of the last stage
 	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -121,9 +129,15 @@ func TestDockerfile(t *testing.T) {
 		if !valid[instr] {
 			t.Errorf("unknown instruction %q", instr)
 		}
+		if instr == "FROM" {
+			final = nil
+		}
+		final = append(final, line)
 		switch {
 		case instr == "FROM":
 			froms++
+		case instr == "RUN" && strings.Contains(line, "tests/k8s/nfsdir-rootfs.sh"):
+			rootfsRun = line
 		case instr == "RUN" && strings.Contains(line, "go build"):
 			build = line
 		case instr == "COPY" && strings.Contains(line, "--from=build"):
@@ -132,12 +146,18 @@ func TestDockerfile(t *testing.T) {
 			entry = line
 		}
 	}
-	if froms != 2 {
-		t.Errorf("%d stages, want a build and a runtime stage", froms)
+	if froms != 3 {
+		t.Errorf("%d stages, want build, rootfs and runtime", froms)
 	}
-	mk, err := os.ReadFile("../../Makefile")
-	if err != nil {
-		t.Fatal(err)
+	wantFinal := []string{"FROM scratch", "COPY --from=rootfs /rootfs/ /", "COPY --from=build /out/nfsdir /nfsdir", `ENTRYPOINT ["/nfsdir"]`}
+	if strings.Join(final, "\n") != strings.Join(wantFinal, "\n") {
+		t.Errorf("runtime stage:\n%s\nwant:\n%s", strings.Join(final, "\n"), strings.Join(wantFinal, "\n"))
+	}
+	if !strings.Contains(rootfsRun, "bash tests/k8s/nfsdir-rootfs.sh /rootfs") {
+		t.Errorf("the root file system is not made by the lab's script: %q", rootfsRun)
+	}
+	if !strings.Contains(string(mk), "tests/k8s/nfsdir-rootfs.sh bin/images/nfsdir-rootfs") {
+		t.Error("the lab image is not made by tests/k8s/nfsdir-rootfs.sh")
 	}
 	xflag := regexp.MustCompile(`-X (\S+)=`)
 	var makeX, dockerX []string
@@ -156,7 +176,11 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(copyBin, "/out/nfsdir /nfsdir") || !strings.Contains(entry, `"/nfsdir"`) {
 		t.Errorf("copy %q / entrypoint %q do not run the built binary", copyBin, entry)
 	}
-	if !strings.Contains(text, "nfs-common") {
-		t.Error("runtime image lacks nfs-common (mount.nfs)")
+	script, err := os.ReadFile("../k8s/nfsdir-rootfs.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), "sbin/mount.nfs bin/mount bin/umount") {
+		t.Error("the root file system script no longer copies mount.nfs, mount and umount")
 	}
 }

@@ -18,8 +18,11 @@ fetch_debs() {
 # (from TREE first, then from the host, which runs the same Debian release),
 # and the dynamic loader. Fails when a library cannot be found.
 copy_with_libs() {
-  local tree=$1 root=$2 b line lib dest
+  local tree=$1 root=$2 b line lib dest libpath
   shift 2
+  # The package tree's library directories, whatever the architecture
+  # (x86_64-linux-gnu, aarch64-linux-gnu, ...).
+  libpath=$(ls -d "$tree"/lib/*-linux-gnu "$tree"/usr/lib/*-linux-gnu 2>/dev/null | paste -sd: -)
   local -A libs=()
   for b in "$@"; do
     [ -f "$tree/$b" ] || { echo "package tree lacks $b" >&2; return 1; }
@@ -32,7 +35,7 @@ copy_with_libs() {
       esac
       lib=$(echo "$line" | awk '/=>/ {print $3} !/=>/ && /^\// {print $1}')
       [ -n "$lib" ] && libs[$lib]=1
-    done < <(LD_LIBRARY_PATH="$tree/lib/x86_64-linux-gnu:$tree/usr/lib/x86_64-linux-gnu" ldd "$tree/$b")
+    done < <(LD_LIBRARY_PATH="$libpath" ldd "$tree/$b")
   done
   for lib in "${!libs[@]}"; do
     dest=${lib#"$tree"}
@@ -40,6 +43,10 @@ copy_with_libs() {
     mkdir -p "$root$(dirname "$dest")"
     cp -L "$lib" "$root$dest"
   done
-  mkdir -p "$root/lib64"
-  [ -e "$root/lib64/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+  # ldd lists the dynamic loader by its absolute path, so it is copied
+  # above; on x86_64 make sure of it.
+  if [ -e /lib64/ld-linux-x86-64.so.2 ] && [ ! -e "$root/lib64/ld-linux-x86-64.so.2" ]; then
+    mkdir -p "$root/lib64"
+    cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+  fi
 }
