@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/keylock"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/mounttable"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
@@ -365,6 +365,22 @@ func (s *Node) targetsOf(volumeID string) []string {
 	return out
 }
 
+// carries reports whether a mount of source can be the volume volumeID:
+// an nfsdir ID names its share, a csi-driver-nfs ID its directory. Only the
+// source's path is compared (a mount sharing a superblock is listed under
+// its first host name). A static volume's free-form ID says nothing about
+// its source, so any mount can carry it.
+func carries(volumeID, source string) bool {
+	sp := mounttable.SourcePath(source)
+	if id, err := volumeid.Parse(volumeID); err == nil {
+		return sp == id.Export.Share || strings.HasPrefix(sp, strings.TrimSuffix(id.Export.Share, "/")+"/")
+	}
+	if l, err := volumeid.ParseLegacy(volumeID); err == nil {
+		return sp == path.Join(l.Export.Share, l.SubDir)
+	}
+	return true
+}
+
 // unhealthyError says a mounted volume could not be statfs-ed.
 type unhealthyError struct {
 	volumeID, source string
@@ -388,13 +404,20 @@ func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, e
 	if err := checkIDAndPath(volumeID, "volume path", p); err != nil {
 		return nfsmount.Usage{}, err
 	}
-	p = filepath.Clean(p)
+	tg, err := s.targets.Check(p)
+	if err != nil {
+		return nfsmount.Usage{}, invalid("volume path: %v", err)
+	}
+	p = tg.Path()
 	cur, err := s.mounter.Mounted(p)
 	if err != nil {
 		return nfsmount.Usage{}, err
 	}
 	if cur == nil || !strings.HasPrefix(cur.FsType, "nfs") {
 		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %q is not a mounted NFS volume", p)
+	}
+	if !carries(volumeID, cur.Source) {
+		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %q has %q mounted, which is not volume %q", p, cur.Source, volumeID)
 	}
 	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()

@@ -308,3 +308,35 @@ func TestInlineVolumeRules(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsNeedTheNamedVolume: NodeGetVolumeStats and NodeGetVolumeHealth
+// answer NotFound for a path that carries another volume, and
+// InvalidArgument for a path outside the node's targets (issue 17 #11).
+func TestStatsNeedTheNamedVolume(t *testing.T) {
+	conn, m := startFake(t)
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	os.MkdirAll(m.ExportDir("nfs.example", "/other"), 0o755)
+	a := createFake(t, ctl, "pvc-a", nil)
+	b := createFake(t, ctl, "pvc-b", map[string]string{"share": "/other"})
+	target := filepath.Join(t.TempDir(), "a")
+	if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: a.VolumeId, TargetPath: target,
+		VolumeCapability: rwx, VolumeContext: a.VolumeContext}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: a.VolumeId, VolumePath: target}); err != nil {
+		t.Errorf("stats of the published volume: %v", err)
+	}
+	if _, err := node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: b.VolumeId, VolumePath: target}); status.Code(err) != codes.NotFound {
+		t.Errorf("stats of another volume's path = %v, want NotFound", err)
+	}
+	if _, err := node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: b.VolumeId, VolumePublishPath: target}); status.Code(err) != codes.NotFound {
+		t.Errorf("health of another volume's path = %v, want NotFound", err)
+	}
+	legacy := "nfs.example#other#x#uuid#delete"
+	if _, err := node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: legacy, VolumePath: target}); status.Code(err) != codes.NotFound {
+		t.Errorf("stats with a csi-driver-nfs ID of another directory = %v, want NotFound", err)
+	}
+	if _, err := node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: a.VolumeId, VolumePath: "/etc"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("stats of /etc = %v, want InvalidArgument", err)
+	}
+}
