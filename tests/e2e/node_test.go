@@ -221,3 +221,44 @@ func TestUnpublishDuringOutageLeavesOtherWritersAlone(t *testing.T) {
 	}
 	c.Unpublish(t, v, other)
 }
+
+// TestRepublishDuringOutageKeepsTheMount (issue 17, finding 8): kubelet
+// re-publishing a volume while its server does not answer (a failover, a
+// partition) gets Unavailable, and the mount the pods use stays; before,
+// the failed health probe made NodePublish unmount it.
+func TestRepublishDuringOutageKeepsTheMount(t *testing.T) {
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.1", "hard")
+	v := c.Create(t, "pvc-failover", params(), vc)
+	target := filepath.Join(t.TempDir(), "t")
+	c.Publish(t, v, target, vc, false)
+	before := lab.MountInfo(t, target)
+	lab.CutNetwork(t)
+	defer lab.RestoreNetwork(t)
+	start := time.Now()
+	err := c.TryPublish(lab.Ctx(t, time.Minute), v, target, vc, false)
+	took := time.Since(start)
+	after := lab.MountInfo(t, target)
+	lab.RestoreNetwork(t)
+	t.Logf("re-publish during the outage: %v after %s", err, took.Round(time.Millisecond))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("re-publish during the outage = %v, want Unavailable", err)
+	}
+	if after == "" || after != before {
+		t.Errorf("the mount changed during the outage:\nbefore %s\nafter  %s", before, after)
+	}
+	// Once the server answers again, kubelet's retry succeeds.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := c.TryPublish(lab.Ctx(t, time.Minute), v, target, vc, false)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("re-publish after the outage: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("re-publish OK %s after the network returned", time.Since(start.Add(took)).Round(time.Second))
+	c.Unpublish(t, v, target)
+}
