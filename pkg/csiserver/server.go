@@ -67,6 +67,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.shares = shares
 		d.metrics.Gauge("nfsdir_share_mounts_kept", "Share mounts the controller keeps.", func() float64 { return float64(shares.Count()) })
 		d.metrics.Gauge("nfsdir_purge_queue_length", "Deleted volumes being purged or waiting to be.", func() float64 { return float64(d.purger.Pending()) })
+		d.metrics.Gauge("nfsdir_purge_stuck", "Deleted volumes whose last purge attempt left entries it cannot remove (see the log for their paths); retried with back-off.", func() float64 { return float64(d.purger.Stuck()) })
 		d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(d.purger.Removed()) })
 		d.controller = &Controller{shares: shares, purger: d.purger, bg: bg,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}

@@ -23,18 +23,30 @@ import (
 // at a time, and never follows a symlink: a pod that still has the deleted
 // volume mounted and swaps a directory for a symlink while it is purged gets
 // its symlink removed, not the target.
+//
+// An entry that cannot be removed (an immutable file, a sticky directory
+// the squashed user may not clean) is skipped, the rest of the volume is
+// removed, and the purge of that volume is retried with an exponential
+// back-off (MinBackoff doubling up to MaxBackoff) that holds no worker, so
+// stuck volumes never keep others from being purged.
 type Purger struct {
+	// MinBackoff and MaxBackoff bound the wait between attempts at a
+	// volume whose purge failed.
+	MinBackoff, MaxBackoff time.Duration
+
 	sem     chan struct{}
 	wg      sync.WaitGroup
 	removed atomic.Int64 // entries removed so far
 
 	mu      sync.Mutex
 	running map[string]bool // trash entries being purged, by share + name
+	stuck   map[string]bool // trash entries whose last attempt failed
 }
 
 // NewPurger returns a Purger running at most workers volume purges at once.
 func NewPurger(workers int) *Purger {
-	return &Purger{sem: make(chan struct{}, workers), running: map[string]bool{}}
+	return &Purger{MinBackoff: time.Second, MaxBackoff: 5 * time.Minute,
+		sem: make(chan struct{}, workers), running: map[string]bool{}, stuck: map[string]bool{}}
 }
 
 // Kick starts purging every trash entry of the share at sharePath that is not
@@ -46,10 +58,10 @@ func (p *Purger) Kick(ctx context.Context, sharePath string, a *Area) {
 		return
 	}
 	names, err := trash.Readdirnames(-1)
+	trash.Close()
 	if err != nil {
 		klog.Warningf("list trash of %s: %v", sharePath, err)
 	}
-	var started sync.WaitGroup
 	for _, name := range names {
 		id := sharePath + "\x00" + name
 		p.mu.Lock()
@@ -60,26 +72,63 @@ func (p *Purger) Kick(ctx context.Context, sharePath string, a *Area) {
 		p.running[id] = true
 		p.mu.Unlock()
 		p.wg.Add(1)
-		started.Add(1)
 		go func() {
 			defer p.wg.Done()
-			defer started.Done()
-			defer func() { p.mu.Lock(); delete(p.running, id); p.mu.Unlock() }()
-			select {
-			case p.sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			defer func() { <-p.sem }()
-			start := time.Now()
-			if err := p.removeAt(ctx, int(trash.Fd()), name); err != nil {
-				klog.Warningf("purge %q on %s: %v (will retry)", trashDir+"/"+name, sharePath, err)
-				return
-			}
-			klog.V(2).Infof("purged %s/%s on %s in %s", trashDir, name, sharePath, time.Since(start).Round(time.Millisecond))
+			defer func() { p.mu.Lock(); delete(p.running, id); delete(p.stuck, id); p.mu.Unlock() }()
+			p.purge(ctx, sharePath, a, id, name)
 		}()
 	}
-	go func() { started.Wait(); trash.Close() }()
+}
+
+// purge removes the trash entry name, retrying with back-off until it is
+// gone, ctx ends or the Area is closed.
+func (p *Purger) purge(ctx context.Context, sharePath string, a *Area, id, name string) {
+	backoff := p.MinBackoff
+	for attempt := 1; ; attempt++ {
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		start := time.Now()
+		err := p.purgeOnce(ctx, a, name)
+		<-p.sem
+		if err == nil {
+			klog.V(2).Infof("purged %s/%s on %s in %s", trashDir, name, sharePath, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, os.ErrClosed) {
+			return // stopping, or the share was released: the next Kick resumes
+		}
+		p.mu.Lock()
+		p.stuck[id] = true
+		p.mu.Unlock()
+		klog.Warningf("purge %q on %s (attempt %d): %v; retrying in %s", trashDir+"/"+name, sharePath, attempt, err, backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, p.MaxBackoff)
+	}
+}
+
+// purgeOnce makes one attempt at removing the trash entry name.
+func (p *Purger) purgeOnce(ctx context.Context, a *Area, name string) error {
+	trash, err := a.root.Open(trashDir)
+	if err != nil {
+		return err
+	}
+	defer trash.Close()
+	return p.removeAt(ctx, int(trash.Fd()), name, name)
+}
+
+// Stuck returns how many trash entries could not be removed at the last
+// attempt and wait for another.
+func (p *Purger) Stuck() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.stuck)
 }
 
 // Wait waits for the purges started so far.
@@ -98,123 +147,193 @@ func (p *Purger) Pending() int {
 // removeParallelism bounds concurrent unlinks within one directory.
 const removeParallelism = 8
 
+// maxSkipped bounds the entries of one directory that an attempt skips as
+// stuck; beyond it the attempt ends (and is retried later).
+const maxSkipped = 4096
+
+// stuckError says an entry cannot be removed for a reason that an
+// immediate retry will not fix (EPERM, EACCES, EROFS, EBUSY).
+type stuckError struct {
+	path string // inside the trash entry
+	err  error
+}
+
+func (e *stuckError) Error() string { return fmt.Sprintf("%q cannot be removed: %v", e.path, e.err) }
+func (e *stuckError) Unwrap() error { return e.err }
+
+// isStuck reports whether an unlink or rmdir error will persist until
+// someone changes the entry (its flags, its owner, its directory's mode).
+func isStuck(err error) bool {
+	for _, e := range []error{unix.EPERM, unix.EACCES, unix.EROFS, unix.EBUSY, unix.ETXTBSY} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // removeAt removes name, a single path component inside the directory open
-// as dirfd, with everything below it. It never follows symlinks. The files
-// of a directory are unlinked by up to removeParallelism concurrent calls,
-// keeping several requests in flight to the NFS server; subdirectories are
-// descended one at a time. It checks ctx between batches.
-func (p *Purger) removeAt(ctx context.Context, dirfd int, name string) error {
+// as dirfd, with everything below it; rel is its path inside the trash
+// entry, for messages. It never follows symlinks. The files of a directory
+// are unlinked by up to removeParallelism concurrent calls, keeping several
+// requests in flight to the NFS server; subdirectories are descended one at
+// a time. It checks ctx between batches. Entries that cannot be removed are
+// skipped; the first of them is reported as a *stuckError at the end.
+func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string) error {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := unix.Unlinkat(dirfd, name, 0)
-		if err == nil {
+		if attempt > 100 {
+			return fmt.Errorf("%q keeps changing while it is removed", rel)
+		}
+		uerr := unix.Unlinkat(dirfd, name, 0)
+		if uerr == nil {
 			p.removed.Add(1)
 			return nil
 		}
-		if errors.Is(err, unix.ENOENT) {
+		if errors.Is(uerr, unix.ENOENT) {
 			return nil
 		}
-		if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("unlink %s: %w", name, err)
+		if !errors.Is(uerr, unix.EISDIR) && !errors.Is(uerr, unix.EPERM) {
+			if isStuck(uerr) {
+				return &stuckError{path: rel, err: uerr}
+			}
+			return fmt.Errorf("unlink %q: %w", rel, uerr)
 		}
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			return nil
 		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+			if errors.Is(uerr, unix.EPERM) {
+				// Not a directory, and unlink is not permitted.
+				return &stuckError{path: rel, err: uerr}
+			}
 			continue // swapped for a symlink or file: unlink that instead
 		case err != nil:
-			return fmt.Errorf("open %s: %w", name, err)
+			return fmt.Errorf("open %q: %w", rel, err)
 		}
-		err = p.emptyDir(ctx, fd, name)
-		if err != nil {
+		if err := p.emptyDir(ctx, fd, rel); err != nil {
 			return err
 		}
 		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
-		if err == nil {
+		switch {
+		case err == nil:
 			p.removed.Add(1)
 			return nil
-		}
-		if errors.Is(err, unix.ENOENT) {
+		case errors.Is(err, unix.ENOENT):
 			return nil
-		}
-		if !errors.Is(err, unix.ENOTEMPTY) || attempt > 100 {
-			return fmt.Errorf("rmdir %s: %w", name, err)
+		case isStuck(err):
+			return &stuckError{path: rel, err: err}
+		case !errors.Is(err, unix.ENOTEMPTY):
+			return fmt.Errorf("rmdir %q: %w", rel, err)
 		}
 		// Something wrote into it meanwhile: empty it again.
 	}
 }
 
-// emptyDir removes everything in the directory open as fd and closes fd.
-func (p *Purger) emptyDir(ctx context.Context, fd int, name string) error {
-	dir := os.NewFile(uintptr(fd), name)
+// emptyDir removes everything it can in the directory open as fd and
+// closes fd. It reads the directory in batches to its end, removing as it
+// goes, and starts over while a pass removed anything. Entries that cannot
+// be removed are skipped; the first is returned as a *stuckError.
+func (p *Purger) emptyDir(ctx context.Context, fd int, rel string) error {
+	dir := os.NewFile(uintptr(fd), rel)
 	defer dir.Close()
+	skip := map[string]bool{}
+	var firstStuck error
+	note := func(name string, err error) error {
+		var se *stuckError
+		if !errors.As(err, &se) {
+			return err
+		}
+		skip[name] = true
+		if firstStuck == nil {
+			firstStuck = err
+		}
+		if len(skip) > maxSkipped {
+			return fmt.Errorf("more than %d entries of %q cannot be removed: %w", maxSkipped, rel, firstStuck)
+		}
+		return nil
+	}
 	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		if _, err := dir.Seek(0, io.SeekStart); err != nil {
-			return fmt.Errorf("rewind %s: %w", name, err)
+			return fmt.Errorf("rewind %q: %w", rel, err)
 		}
-		ents, err := dir.ReadDir(1024)
-		if len(ents) == 0 {
-			if err != nil && !errors.Is(err, io.EOF) {
-				return fmt.Errorf("read %s: %w", name, err)
-			}
-			return nil
-		}
-		var subdirs, files []string
-		for _, e := range ents {
-			if e.IsDir() {
-				subdirs = append(subdirs, e.Name())
-			} else {
-				files = append(files, e.Name())
-			}
-		}
-		if err := p.unlinkAll(ctx, fd, files); err != nil {
-			return err
-		}
-		for _, d := range subdirs {
-			if err := p.removeAt(ctx, fd, d); err != nil {
+		progress := false // this pass removed something (a local count: other purges run too)
+		for {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
+			ents, err := dir.ReadDir(1024)
+			if len(ents) == 0 {
+				if err != nil && !errors.Is(err, io.EOF) {
+					return fmt.Errorf("read %q: %w", rel, err)
+				}
+				break
+			}
+			var subdirs, files []string
+			for _, e := range ents {
+				switch {
+				case skip[e.Name()]:
+				case e.IsDir():
+					subdirs = append(subdirs, e.Name())
+				default:
+					files = append(files, e.Name())
+				}
+			}
+			failed := p.unlinkAll(ctx, fd, rel, files)
+			progress = progress || len(failed) < len(files)
+			for name, err := range failed {
+				if err := note(name, err); err != nil {
+					return err
+				}
+			}
+			for _, d := range subdirs {
+				err := p.removeAt(ctx, fd, d, rel+"/"+d)
+				progress = progress || err == nil
+				if err := note(d, err); err != nil {
+					return err
+				}
+			}
+		}
+		if !progress {
+			return firstStuck // a pass without progress: done, or stuck
 		}
 	}
 }
 
 // unlinkAll removes names from the directory open as fd, split into up to
-// removeParallelism contiguous chunks removed concurrently.
-func (p *Purger) unlinkAll(ctx context.Context, fd int, names []string) error {
-	workers := min(removeParallelism, (len(names)+63)/64)
-	if workers <= 1 {
-		for _, n := range names {
-			if err := p.removeAt(ctx, fd, n); err != nil {
-				return err
+// removeParallelism contiguous chunks removed concurrently. It returns the
+// names that could not be removed, with their errors.
+func (p *Purger) unlinkAll(ctx context.Context, fd int, rel string, names []string) map[string]error {
+	failed := map[string]error{}
+	var mu sync.Mutex
+	run := func(chunk []string) {
+		for _, n := range chunk {
+			if err := p.removeAt(ctx, fd, n, rel+"/"+n); err != nil {
+				mu.Lock()
+				failed[n] = err
+				mu.Unlock()
+				var se *stuckError
+				if !errors.As(err, &se) {
+					return // the server or ctx: the caller stops
+				}
 			}
 		}
-		return nil
 	}
-	errc := make(chan error, workers)
+	workers := min(removeParallelism, (len(names)+63)/64)
+	if workers <= 1 {
+		run(names)
+		return failed
+	}
+	var wg sync.WaitGroup
 	per := (len(names) + workers - 1) / workers
 	for w := 0; w < workers; w++ {
 		chunk := names[min(w*per, len(names)):min((w+1)*per, len(names))]
-		go func() {
-			for _, n := range chunk {
-				if err := p.removeAt(ctx, fd, n); err != nil {
-					errc <- err
-					return
-				}
-			}
-			errc <- nil
-		}()
+		wg.Add(1)
+		go func() { defer wg.Done(); run(chunk) }()
 	}
-	var first error
-	for w := 0; w < workers; w++ {
-		if err := <-errc; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	wg.Wait()
+	return failed
 }
