@@ -54,15 +54,22 @@ func (e *parentError) Unwrap() error { return e.error }
 // symlinks. Call it before anything acts on the target path by name (an
 // unmount): the kernel would follow a symlink that names another mount.
 func CheckParent(t targetpath.Target) error {
-	pfd, err := openParent(t)
-	var pe *parentError
-	if errors.As(err, &pe) && errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
+	pfd, err := openParentIfAny(t)
+	if err != nil || pfd < 0 {
 		return err
 	}
 	return unix.Close(pfd)
+}
+
+// openParentIfAny is openParent, except that a missing parent gives -1
+// and no error.
+func openParentIfAny(t targetpath.Target) (int, error) {
+	pfd, err := openParent(t)
+	var pe *parentError
+	if errors.As(err, &pe) && errors.Is(err, unix.ENOENT) {
+		return -1, nil
+	}
+	return pfd, err
 }
 
 // Make creates the target directory (mode 0750) if it is missing and
@@ -91,12 +98,8 @@ func Make(t targetpath.Target) error {
 // already gone, or whose parent is, is not an error. Anything else at the
 // target (a file, a symlink, a socket) is left in place and reported.
 func Remove(t targetpath.Target) error {
-	pfd, err := openParent(t)
-	var pe *parentError
-	if errors.As(err, &pe) && errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
+	pfd, err := openParentIfAny(t)
+	if err != nil || pfd < 0 {
 		return err
 	}
 	defer unix.Close(pfd)
