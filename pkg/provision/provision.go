@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -171,6 +172,43 @@ func (a *Area) checkNotNested(subDir string) error {
 		}
 	}
 	return nil
+}
+
+// checkNoVolumeAround reads every record of the share and fails when a
+// recorded volume, exclusive or shared, lies inside subDir, is subDir, or
+// holds it: adopting such a directory would let a DeleteVolume of the
+// adopted volume remove a live one. It costs one read per record, which
+// only `nfsdir adopt`, an administrator's command, pays.
+func (a *Area) checkNoVolumeAround(subDir string) error {
+	dir, err := a.volumes.Open(".")
+	if err != nil {
+		return fmt.Errorf("list volume records: %w", err)
+	}
+	defer dir.Close()
+	for {
+		keys, err := dir.Readdirnames(1024)
+		for _, k := range keys {
+			rec, rerr := readRecord(a.volumes, k)
+			if rerr != nil {
+				return rerr
+			}
+			switch {
+			case rec == nil:
+			case rec.SubDir == subDir && !rec.Shared:
+				// Its own record: writing the new one reports AlreadyExists.
+			case safepath.IsWithin(rec.SubDir, subDir):
+				return fault.New(fault.FailedPrecondition, "%q contains nfsdir volume %q (directory %q); adopting it would put that volume's data under another volume's onDelete", subDir, rec.Name, rec.SubDir)
+			case safepath.IsWithin(subDir, rec.SubDir):
+				return fault.New(fault.FailedPrecondition, "%q lies inside nfsdir volume %q (directory %q)", subDir, rec.Name, rec.SubDir)
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(keys) == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list volume records: %w", err)
+		}
+	}
 }
 
 func compatible(rec *Record, req Request) error {
@@ -424,6 +462,9 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 		return nil, fault.New(fault.InvalidArgument, "a shared directory cannot be adopted")
 	}
 	if err := a.checkNotNested(req.SubDir); err != nil {
+		return nil, err
+	}
+	if err := a.checkNoVolumeAround(req.SubDir); err != nil {
 		return nil, err
 	}
 	for _, p := range append(safepath.Parents(req.SubDir), req.SubDir) {

@@ -294,6 +294,26 @@ func TestAdopt(t *testing.T) {
 	if _, err := a.Adopt(Request{Name: "again", SubDir: "legacy/pvc-old", OnDelete: params.Archive}); !fault.Is(err, fault.AlreadyExists) {
 		t.Errorf("second adoption: %v", err)
 	}
+	// A directory holding live volumes, exclusive or shared, is refused
+	// (issue 11, finding 6: adopting team-b with onDelete delete, then
+	// deleting it, trashed the live volume team-b/db).
+	if _, err := a.Create(ctx, req("db", "team-b/db", params.Delete)); err != nil {
+		t.Fatal(err)
+	}
+	shared := req("common", "team-c/common", params.Retain)
+	shared.Shared = true
+	if _, err := a.Create(ctx, shared); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"team-b", "team-c", "legacy"} {
+		if _, err := a.Adopt(Request{Name: "grab-" + sub, SubDir: sub, OnDelete: params.Delete}); !fault.Is(err, fault.FailedPrecondition) {
+			t.Errorf("Adopt(%q) around a live volume = %v, want FailedPrecondition", sub, err)
+		}
+	}
+	os.MkdirAll(filepath.Join(dir, "team-c/common/inner"), 0o755)
+	if _, err := a.Adopt(Request{Name: "inner", SubDir: "team-c/common/inner", OnDelete: params.Delete}); !fault.Is(err, fault.FailedPrecondition) {
+		t.Errorf("Adopt inside a shared volume = %v, want FailedPrecondition", err)
+	}
 	if err := a.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
