@@ -143,11 +143,13 @@ func (s *Controller) closeAreas() {
 // with the options the ID carries or refers to.
 func (s *Controller) onVolumeArea(ctx context.Context, id volumeid.ID, fn func(*provision.Area, *sharemount.Share) error) error {
 	opts, err := mountopts.Parse(id.Options)
-	if id.OptionsRef != "" {
-		opts, err = s.shares.LookupOptions(id.OptionsRef)
-	}
 	if err != nil {
-		return err
+		return fault.Wrap(fault.InvalidArgument, err, "volume ID %q carries mount options nfsdir would never have written", id.String())
+	}
+	if id.OptionsRef != "" {
+		if opts, err = s.shares.LookupOptions(id.OptionsRef); err != nil {
+			return err
+		}
 	}
 	return s.onArea(ctx, id.Export, opts, false, fn)
 }

@@ -15,6 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
 // createFake provisions one volume on the fake share with parameters p
@@ -338,5 +340,23 @@ func TestStatsNeedTheNamedVolume(t *testing.T) {
 	}
 	if _, err := node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: a.VolumeId, VolumePath: "/etc"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("stats of /etc = %v, want InvalidArgument", err)
+	}
+}
+
+// TestGarbageOptionsInIDAreInvalidArgument: a crafted or corrupted volume
+// ID whose mount option field nfsdir would never have written is
+// InvalidArgument (the provisioner stops retrying), not Unavailable
+// (issue 11, finding 12).
+func TestGarbageOptionsInIDAreInvalidArgument(t *testing.T) {
+	conn, _ := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	e, _ := export.New("nfs.example", "/export")
+	id, err := volumeid.New(e, volumeid.KeyForDir("x"), volumeid.NewToken(), "-o,bg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id.String()})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("DeleteVolume of an ID with garbage options = %v, want InvalidArgument", err)
 	}
 }

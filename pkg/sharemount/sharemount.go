@@ -152,7 +152,14 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 			if isDeadline(err) {
 				return nil, fault.Wrap(fault.DeadlineExceeded, err, "mounting share %s", e)
 			}
-			return nil, fault.Wrap(fault.Unavailable, err, "mounting share %s (check server, share and mountOptions)", e)
+			// A refused option (InvalidArgument) or refused access
+			// (PermissionDenied) is the operator's to fix and retrying
+			// will not help; anything else may be the server's.
+			kind := fault.KindOf(err)
+			if kind != fault.InvalidArgument && kind != fault.PermissionDenied {
+				kind = fault.Unavailable
+			}
+			return nil, fault.Wrap(kind, err, "mounting share %s (check server, share and mountOptions)", e)
 		}
 	}
 	root, err := os.OpenRoot(mp)
