@@ -406,7 +406,9 @@ func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, e
 	}
 	tg, err := s.targets.Check(p)
 	if err != nil {
-		return nfsmount.Usage{}, invalid("volume path: %v", err)
+		// No volume is published there (the CSI spec's answer for a
+		// path that does not hold the volume is NotFound).
+		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path: %v", err)
 	}
 	p = tg.Path()
 	cur, err := s.mounter.Mounted(p)
