@@ -125,7 +125,7 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		return nil, toStatus(err)
 	}
 	if cur != nil {
-		if cur.Source != source {
+		if !mounttable.SameSource(cur.Source, source) {
 			return nil, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted, not %q", target, cur.Source, source)
 		}
 		// Read-only is what the mount options say, whether from the

@@ -26,6 +26,14 @@ func Unescape(field string) string {
 
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
+// SameSource reports whether a mount table source and the source nfsdir
+// mounted name the same export path (see SourcePath for why the host is
+// not compared).
+func SameSource(listed, mounted string) bool {
+	p := SourcePath(listed)
+	return p != "" && p == SourcePath(mounted)
+}
+
 // SourcePath returns the path part of an NFS mount source "host:/path"
 // ("[v6]:/path" for IPv6 literals), or "" when source has no host part.
 // The kernel shows a superblock's first source for every mount sharing it:

@@ -39,6 +39,12 @@ func TestSourcePath(t *testing.T) {
 	}
 }
 
+func TestSameSource(t *testing.T) {
+	if !SameSource("127.0.0.1:/export/v", "[::1]:/export/v") || SameSource("h:/export/v", "h:/export/w") || SameSource("tmpfs", "tmpfs") {
+		t.Error("SameSource")
+	}
+}
+
 // escape is the kernel's mangling of mountinfo fields (seq_escape with
 // " \t\n\\").
 func escape(s string) string {

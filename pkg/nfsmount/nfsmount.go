@@ -131,7 +131,7 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 	}
 	// Only the path of the source is compared: a mount sharing a
 	// superblock is listed with that superblock's first host name.
-	if e == nil || !strings.HasPrefix(e.FsType, "nfs") || mounttable.SourcePath(e.Source) != mounttable.SourcePath(source) {
+	if e == nil || !strings.HasPrefix(e.FsType, "nfs") || !mounttable.SameSource(e.Source, source) {
 		found := "nothing"
 		if e != nil {
 			found = fmt.Sprintf("%s %q", e.FsType, e.Source)
@@ -274,7 +274,8 @@ func (s *System) Mounted(target string) (*Entry, error) {
 	return found, nil
 }
 
-// Targets lists the mount points of source.
+// Targets lists the mount points of source (compared by export path, as
+// mounttable.SameSource does).
 func (s *System) Targets(source string) ([]string, error) {
 	infos, err := s.table()
 	if err != nil {
@@ -282,7 +283,7 @@ func (s *System) Targets(source string) ([]string, error) {
 	}
 	var out []string
 	for _, mi := range infos {
-		if mi.Source == source {
+		if mounttable.SameSource(mi.Source, source) {
 			out = append(out, mi.MountPoint)
 		}
 	}
