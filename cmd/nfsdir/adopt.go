@@ -99,7 +99,7 @@ func runAdopt(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	id, err := volumeid.New(e, rec.Key(), rec.Token, share.Options.String())
+	id, err := volumeid.ForShare(e, rec.Key(), rec.Token, share.Options)
 	if err != nil {
 		return err
 	}

@@ -140,15 +140,22 @@ func (s *Controller) closeAreas() {
 }
 
 // onVolumeArea runs fn on the Area of the share a volume ID names, mounted
-// with the options the ID carries or refers to.
+// with the options the ID carries or refers to. Options referred to by
+// digest that this controller's state directory does not hold (a new pod,
+// another replica) are replaced by the ID's own subset of options needed to
+// reach the share, or by the defaults for an ID without one: the volume's
+// record and directory are on the share whatever tuning the mount had.
 func (s *Controller) onVolumeArea(ctx context.Context, id volumeid.ID, fn func(*provision.Area, *sharemount.Share) error) error {
 	opts, err := mountopts.Parse(id.Options)
 	if err != nil {
 		return fault.Wrap(fault.InvalidArgument, err, "volume ID %q carries mount options nfsdir would never have written", id.String())
 	}
 	if id.OptionsRef != "" {
-		if opts, err = s.shares.LookupOptions(id.OptionsRef); err != nil {
-			return err
+		full, err := s.shares.LookupOptions(id.OptionsRef)
+		if err == nil {
+			opts = full
+		} else {
+			klog.V(2).Infof("volume %s: %v; reaching the share with %q", id, err, opts.String())
 		}
 	}
 	return s.onArea(ctx, id.Export, opts, false, fn)

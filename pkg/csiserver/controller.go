@@ -102,7 +102,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		if err != nil {
 			return err
 		}
-		if id, err = volumeid.New(cp.Export, rec.Key(), rec.Token, shareOpts.String()); err != nil {
+		if id, err = volumeid.ForShare(cp.Export, rec.Key(), rec.Token, shareOpts); err != nil {
 			return fault.New(fault.InvalidArgument, "%v", err)
 		}
 		if id.OptionsRef != "" {

@@ -351,7 +351,7 @@ func TestGarbageOptionsInIDAreInvalidArgument(t *testing.T) {
 	conn, _ := startFake(t)
 	ctl := csi.NewControllerClient(conn)
 	e, _ := export.New("nfs.example", "/export")
-	id, err := volumeid.New(e, volumeid.KeyForDir("x"), volumeid.NewToken(), "-o,bg")
+	id, err := volumeid.New(e, volumeid.KeyForDir("x"), volumeid.NewToken(), "-o,bg", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,3 +241,28 @@ func (o Options) Canonical() string {
 	sort.Strings(c)
 	return strings.Join(c, ",")
 }
+
+// reachKeys are the options that decide whether and how the server can be
+// reached at all: protocol version, transport, ports, security flavour and
+// NFSv3 locking. Everything else (sizes, timeouts, caching, nconnect) only
+// tunes a mount that works without it.
+var reachKeys = map[string]bool{
+	"vers": true, "nfsvers": true, "minorversion": true, "proto": true, "port": true,
+	"tcp": true, "udp": true, "rdma": true, "sec": true, "xprtsec": true,
+	"mountport": true, "mountproto": true, "mountvers": true, "mounthost": true, "mountaddr": true,
+	"lock": true, "nolock": true, "local_lock": true,
+}
+
+// ForReach returns the options of o that are needed to reach the share,
+// in order: a controller that knows only these can still mount the share
+// and manage the volumes on it.
+func (o Options) ForReach() Options {
+	out := Options{}
+	for _, opt := range o {
+		name, _, _ := strings.Cut(opt, "=")
+		if reachKeys[name] {
+			out = append(out, opt)
+		}
+	}
+	return out
+}

@@ -16,8 +16,11 @@
 // volume's directory (and, for a volume sharing its directory, its name);
 // <token> (8 base32 characters) is random per creation, so an ID
 // of a deleted volume never matches a later volume of the same name.
-// <options> is the comma list of mount options used for the share, or
-// "@" and a 16-hex digest when the list does not fit in MaxLen.
+// <options> is the comma list of mount options used for the share or, when
+// the list does not fit in MaxLen, "@" and its 16-hex digest, followed by
+// "," and the options needed to reach the share when those fit: a
+// controller that does not hold the full list (a new pod with an empty
+// state directory) still reaches the share with them.
 package volumeid
 
 import (
@@ -30,6 +33,7 @@ import (
 	"strings"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
 )
 
@@ -54,7 +58,7 @@ type ID struct {
 	Export     export.Export
 	Key        string // record key, derived from the volume name
 	Token      string // random per creation
-	Options    string // mount options for the share, when inline
+	Options    string // mount options for the share; with OptionsRef, only those needed to reach it
 	OptionsRef string // digest of the mount options, when they did not fit
 }
 
@@ -88,18 +92,29 @@ func OptionsDigest(options string) string {
 
 // New builds the ID of a volume. It keeps the options inline when the ID
 // fits in MaxLen, and otherwise stores their digest in OptionsRef (the caller
-// must then keep the options where ResolveOptions can find them). It fails
-// when even that does not fit.
-func New(e export.Export, key, token, options string) (ID, error) {
+// should keep the full options where it can find them by digest) along with
+// reach, the subset of options needed to reach the share, when that fits.
+// It fails when even the bare digest does not fit.
+func New(e export.Export, key, token, options, reach string) (ID, error) {
 	id := ID{Export: e, Key: key, Token: token, Options: options}
 	if len(id.String()) <= MaxLen {
 		return id, nil
 	}
-	id.Options, id.OptionsRef = "", OptionsDigest(options)
+	id.Options, id.OptionsRef = reach, OptionsDigest(options)
+	if len(id.String()) <= MaxLen {
+		return id, nil
+	}
+	id.Options = ""
 	if n := len(id.String()); n > MaxLen {
 		return ID{}, fmt.Errorf("server and share are too long for a CSI volume ID: it would be %d bytes, the limit is %d", n, MaxLen)
 	}
 	return id, nil
+}
+
+// ForShare builds the ID of a volume on a share mounted with opts: New
+// with the options as written and the subset needed to reach the share.
+func ForShare(e export.Export, key, token string, opts mountopts.Options) (ID, error) {
+	return New(e, key, token, opts.String(), opts.ForReach().String())
 }
 
 // String formats the ID. Parse(id.String()) returns id.
@@ -107,6 +122,9 @@ func (id ID) String() string {
 	opts := escape(id.Options)
 	if id.OptionsRef != "" {
 		opts = "@" + id.OptionsRef
+		if id.Options != "" {
+			opts += "," + escape(id.Options)
+		}
 	}
 	return strings.Join([]string{prefix, escape(id.Export.Server), escape(id.Export.Share),
 		id.Key + "." + id.Token, opts}, sep)
@@ -142,10 +160,14 @@ func Parse(s string) (ID, error) {
 	}
 	id := ID{Export: e, Key: key, Token: token}
 	if ref, ok := strings.CutPrefix(f[4], "@"); ok {
+		ref, reach, _ := strings.Cut(ref, ",")
 		if !isHex(ref, refLen) {
 			return ID{}, fmt.Errorf("volume ID %q: malformed options reference", s)
 		}
 		id.OptionsRef = ref
+		if id.Options, err = unescape(reach); err != nil {
+			return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+		}
 	} else if id.Options, err = unescape(f[4]); err != nil {
 		return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
 	}

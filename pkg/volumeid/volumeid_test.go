@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
 )
 
 func mustExport(t testing.TB, server, share string) export.Export {
@@ -24,7 +25,7 @@ func TestRoundTrip(t *testing.T) {
 		{"10.0.0.1", "/with space/and|pipe%", "sec=krb5"},
 	}
 	for _, c := range cases {
-		id, err := New(mustExport(t, c.server, c.share), key, tok, c.opts)
+		id, err := New(mustExport(t, c.server, c.share), key, tok, c.opts, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,24 +42,39 @@ func TestRoundTrip(t *testing.T) {
 
 func TestOptionsReference(t *testing.T) {
 	opts := "nfsvers=4.2,hard,timeo=600,retrans=5,rsize=1048576,wsize=1048576,sec=krb5p,xprtsec=mtls,noresvport"
-	id, err := New(mustExport(t, "nfs-server.storage.svc.cluster.local", "/exports/kubernetes"), KeyForDir("x"), NewToken(), opts)
+	o, err := mountopts.Parse(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id.Options != "" || id.OptionsRef != OptionsDigest(opts) {
+	e := mustExport(t, "nfs.storage.svc", "/exports/k8s")
+	id, err := ForShare(e, KeyForDir("x"), NewToken(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The digest stands for the whole list; what reaches the share stays.
+	if id.Options != "nfsvers=4.2,sec=krb5p,xprtsec=mtls" || id.OptionsRef != OptionsDigest(opts) {
 		t.Errorf("long options not referenced: %+v", id)
 	}
-	if _, err := Parse(id.String()); err != nil {
-		t.Error(err)
+	if got, err := Parse(id.String()); err != nil || got != id {
+		t.Errorf("Parse(%q) = %+v, %v", id.String(), got, err)
 	}
-	_, err = New(mustExport(t, strings.Repeat("a", 60)+".example", "/"+strings.Repeat("s", 60)), KeyForDir("x"), NewToken(), "")
+	// A reach subset that does not fit either leaves the bare digest.
+	long := strings.Repeat("sec=krb5p,", 10) + "nfsvers=4.2"
+	id, err = New(e, KeyForDir("x"), NewToken(), long+",hard", long)
+	if err != nil || id.Options != "" || id.OptionsRef != OptionsDigest(long+",hard") {
+		t.Errorf("over-long reach options: %+v, %v", id, err)
+	}
+	if got, err := Parse(id.String()); err != nil || got != id {
+		t.Errorf("Parse(%q) = %+v, %v", id.String(), got, err)
+	}
+	_, err = New(mustExport(t, strings.Repeat("a", 60)+".example", "/"+strings.Repeat("s", 60)), KeyForDir("x"), NewToken(), "", "")
 	if err == nil || !strings.Contains(err.Error(), "too long") {
 		t.Errorf("over-long export: %v", err)
 	}
 }
 
 func TestParseErrors(t *testing.T) {
-	valid, _ := New(mustExport(t, "s", "/x"), KeyForDir("v"), "abcdefgh", "")
+	valid, _ := New(mustExport(t, "s", "/x"), KeyForDir("v"), "abcdefgh", "", "")
 	vs := valid.String()
 	bad := map[string]string{
 		"":                                    "not an nfsdir",
@@ -114,11 +130,13 @@ func TestParseLegacy(t *testing.T) {
 // FuzzParse asserts that whatever the input, an accepted ID round-trips
 // exactly, fits the CSI limit and names a valid export.
 func FuzzParse(f *testing.F) {
-	id, _ := New(export.Export{Server: "fd00::1", Share: "/srv"}, KeyForDir("x"), "abcdefgh", "nfsvers=3")
+	id, _ := New(export.Export{Server: "fd00::1", Share: "/srv"}, KeyForDir("x"), "abcdefgh", "nfsvers=3", "")
 	f.Add(id.String())
 	f.Add("n1|s|/|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")
 	f.Add("n1|s|/x/../..|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")
 	f.Add("n1|s%00|/x|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|@0123456789abcdef")
+	f.Add("n1|s|/x|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|@0123456789abcdef,vers=3,port=2049")
+	f.Add("n1|s|/x|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|@0123456789abcdef,")
 	f.Add("10.0.0.1#srv#../../etc#u#delete")
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := Parse(s)

@@ -93,7 +93,7 @@ func TestForeignDirectoryNamedByCraftedIDs(t *testing.T) {
 	var native []string
 	for _, opts := range []string{"", "nfsvers=4.1", "nfsvers=3"} {
 		for _, key := range []string{volumeid.KeyForDir("foreign"), volumeid.KeyForDir("foreign/inner"), volumeid.KeyForShared("foreign", "x")} {
-			id, _ := volumeid.New(exp, key, volumeid.NewToken(), opts)
+			id, _ := volumeid.New(exp, key, volumeid.NewToken(), opts, "")
 			native = append(native, id.String())
 		}
 	}
