@@ -45,19 +45,26 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 	if err != nil {
 		return nil, share, err
 	}
+	// The lock covers the map only: every share needs it, so nothing that
+	// touches a share (closing an Area, listing its trash) runs under it.
 	s.areasMu.Lock()
-	defer s.areasMu.Unlock()
+	var stale *provision.Area
 	if oa := s.areas[share.Path]; oa != nil {
 		if oa.share == share { // another call opened it meanwhile
+			s.areasMu.Unlock()
 			a.Close()
 			return oa.area, share, nil
 		}
-		oa.area.Close() // from an earlier mount of the share
+		stale = oa.area // from an earlier mount of the share
 	}
 	if s.areas == nil {
 		s.areas = map[string]*openArea{}
 	}
 	s.areas[share.Path] = &openArea{share: share, area: a}
+	s.areasMu.Unlock()
+	if stale != nil {
+		stale.Close()
+	}
 	s.purger.Kick(s.bg, share.Path, a) // resume purges left by a restart
 	return a, share, nil
 }
@@ -110,10 +117,15 @@ func (s *Controller) onArea(ctx context.Context, e export.Export, opts mountopts
 // forget drops the cached Area of share.
 func (s *Controller) forget(share *sharemount.Share) {
 	s.areasMu.Lock()
-	defer s.areasMu.Unlock()
-	if oa := s.areas[share.Path]; oa != nil && oa.share == share {
-		oa.area.Close()
+	oa := s.areas[share.Path]
+	if oa != nil && oa.share == share {
 		delete(s.areas, share.Path)
+	} else {
+		oa = nil
+	}
+	s.areasMu.Unlock()
+	if oa != nil {
+		oa.area.Close()
 	}
 }
 
@@ -132,10 +144,11 @@ func (s *Controller) resume() {
 
 func (s *Controller) closeAreas() {
 	s.areasMu.Lock()
-	defer s.areasMu.Unlock()
-	for k, oa := range s.areas {
+	areas := s.areas
+	s.areas = nil
+	s.areasMu.Unlock()
+	for _, oa := range areas {
 		oa.area.Close()
-		delete(s.areas, k)
 	}
 }
 

@@ -30,8 +30,15 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 )
 
-// shutdownGrace bounds how long Run waits for in-flight calls on shutdown.
-const shutdownGrace = 30 * time.Second
+// shutdownGrace bounds everything Serve does once asked to stop: finishing
+// in-flight calls, waiting for background purges and releasing the share
+// mounts, even when a share's server no longer answers. It stays well
+// below the 30 s kubelet grants a pod (terminationGracePeriodSeconds)
+// before it kills it; unmountReserve of it is kept for the unmounts.
+const (
+	shutdownGrace  = 20 * time.Second
+	unmountReserve = 5 * time.Second
+)
 
 // Driver is a configured nfsdir process: the services it runs and their
 // dependencies.
@@ -133,8 +140,9 @@ func Listen(endpoint string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve serves on l until ctx ends, then stops accepting calls, waits up to
-// shutdownGrace for in-flight ones and releases the kept share mounts.
+// Serve serves on l until ctx ends, then stops accepting calls, waits for
+// in-flight ones and releases the kept share mounts, all within
+// shutdownGrace.
 func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- d.server.Serve(l) }()
@@ -148,35 +156,47 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	case err = <-errc:
 	case <-ctx.Done():
 		klog.Info("shutting down: finishing in-flight calls")
-		done := make(chan struct{})
-		go func() { d.server.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(shutdownGrace):
-			klog.Warningf("in-flight calls still running after %s; stopping", shutdownGrace)
-			d.server.Stop()
-		}
+	}
+	stopBy := time.Now().Add(shutdownGrace)
+	if err == nil && !waitUntil(stopBy.Add(-unmountReserve), d.server.GracefulStop) {
+		klog.Warningf("in-flight calls still running after %s; stopping", shutdownGrace-unmountReserve)
+		d.server.Stop()
 	}
 	d.serving.Store(false)
+	d.release(stopBy)
+	return err
+}
+
+// release stops the background purges and releases the share mounts by
+// the deadline stopBy. Work blocked in the kernel on a dead server cannot
+// be stopped; it is left behind (the process exits) and resumes at the
+// next start.
+func (d *Driver) release(stopBy time.Time) {
 	d.cancel() // stops background purges between batches
-	if d.purger != nil {
-		// A purge blocked in the kernel on a dead server cannot be
-		// stopped; it resumes at the next start.
-		waited := make(chan struct{})
-		go func() { d.purger.Wait(); close(waited) }()
-		select {
-		case <-waited:
-		case <-time.After(shutdownGrace):
-			klog.Warningf("background purges still blocked after %s; leaving them", shutdownGrace)
-		}
+	if d.purger != nil && !waitUntil(stopBy.Add(-unmountReserve), d.purger.Wait) {
+		klog.Warning("background purges still blocked; leaving them")
 	}
 	if d.shares != nil {
 		d.controller.closeAreas()
-		uctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		uctx, cancel := context.WithDeadline(context.Background(), stopBy)
 		d.shares.Close(uctx)
 		cancel()
 	}
-	return err
+}
+
+// waitUntil runs fn and waits for it until deadline; it reports whether fn
+// returned in time (if not, fn goes on in the background).
+func waitUntil(deadline time.Time, fn func()) bool {
+	done := make(chan struct{})
+	go func() { fn(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // HTTPHandler serves /metrics (Prometheus) and /healthz (200 when Probe

@@ -50,8 +50,17 @@ func NewPurger(workers int) *Purger {
 }
 
 // Kick starts purging every trash entry of the share at sharePath that is not
-// already being purged. It returns at once; ctx stops the purges.
+// already being purged. It returns at once, without touching the share (a
+// dead server must not hold the caller); ctx stops the purges.
 func (p *Purger) Kick(ctx context.Context, sharePath string, a *Area) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.kick(ctx, sharePath, a)
+	}()
+}
+
+func (p *Purger) kick(ctx context.Context, sharePath string, a *Area) {
 	trash, err := a.root.Open(trashDir)
 	if err != nil {
 		klog.Warningf("open trash of %s: %v", sharePath, err)

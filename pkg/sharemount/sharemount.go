@@ -255,19 +255,32 @@ func (m *Manager) Usable() error {
 	return os.Remove(name)
 }
 
-// Close unmounts every kept share, each bounded by ctx.
+// Close unmounts every kept share, all at once and each bounded by ctx, so
+// that a share whose server does not answer delays no other.
 func (m *Manager) Close(ctx context.Context) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k, en := range m.entries {
-		if s := en.share; s != nil {
-			s.root.Close()
-			if err := m.mounter.Unmount(ctx, s.Path); err != nil {
-				klog.Warningf("unmount %s: %v", s.Path, err)
+	entries := m.entries
+	m.entries = map[string]*entry{}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, en := range entries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select { // wait for a Get in progress on the share
+			case en.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
 			}
-		}
-		delete(m.entries, k)
+			if s := en.share; s != nil {
+				s.root.Close()
+				if err := m.mounter.Unmount(ctx, s.Path); err != nil {
+					klog.Warningf("unmount %s: %v", s.Path, err)
+				}
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // RememberOptions stores the mount options whose digest a volume ID carries

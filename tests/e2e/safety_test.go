@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
@@ -52,5 +58,62 @@ func TestControllerWithEmptyStateDeletesEveryVolume(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no share mount under the new state directory %s", fresh)
+	}
+}
+
+// TestHungShareStallsNothingElse: one share whose server stops answering
+// (a proxy that stops passing bytes) while its purge runs and calls on it
+// are in flight. Calls on another share keep working, and SIGTERM ends the
+// controller within the 30 s kubelet gives a pod by default.
+func TestHungShareStallsNothingElse(t *testing.T) {
+	lab.Require(t)
+	proxy := lab.StartProxy(t)
+	defer proxy.Resume() // let the kernel finish what it holds before the guest stops
+	p := lab.StartBinary(t, "")
+	c := lab.Connect(t, p.Endpoint)
+	hung := lab.RWX("nfsvers=3", "proto=tcp", "mountproto=tcp", "nolock", fmt.Sprintf("port=%d", proxy.Port))
+	healthy := lab.RWX("nfsvers=4.2")
+
+	v := c.Create(t, "pvc-on-hung-share", params("onDelete", "delete"), hung)
+	for i := 0; i < 40; i++ {
+		d := onExport(fmt.Sprintf("pvc-on-hung-share/d%d", i))
+		os.MkdirAll(d, 0o755)
+		for j := 0; j < 250; j++ {
+			os.WriteFile(filepath.Join(d, fmt.Sprint(j)), nil, 0o644)
+		}
+	}
+	c.Delete(t, v) // the purge of 10,000 entries starts through the proxy
+	proxy.Pause()
+	// A call on the hung share answers within its deadline, whatever it is.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err := c.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-hung-2", Parameters: params(),
+		VolumeCapabilities: []*csi.VolumeCapability{hung}})
+	cancel()
+	if err == nil {
+		t.Error("CreateVolume on the hung share succeeded")
+	}
+
+	var slowest time.Duration
+	for i := 0; i < 10; i++ {
+		start := time.Now()
+		w := c.Create(t, fmt.Sprintf("pvc-healthy-%d", i), params("onDelete", "delete"), healthy)
+		c.Delete(t, w)
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("create+delete on the healthy share while the other hangs: slowest %s", slowest)
+
+	start := time.Now()
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan error, 1)
+	go func() { exited <- p.Cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Logf("SIGTERM to exit with a hung share: %s (%v)", time.Since(start).Round(100*time.Millisecond), err)
+		if time.Since(start) > 30*time.Second {
+			t.Errorf("the controller took %s to stop; kubelet kills it after 30 s", time.Since(start))
+		}
+	case <-time.After(90 * time.Second):
+		p.Kill()
+		t.Fatal("the controller did not stop within 90 s of SIGTERM")
 	}
 }

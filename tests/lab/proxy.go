@@ -1,0 +1,111 @@
+package lab
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Proxy forwards TCP connections from a port of its own to the lab's NFS
+// server. A share mounted through it (mount option port=Proxy.Port) hangs
+// like a dead server while Paused, and shares mounted directly keep
+// working: one hung share among healthy ones.
+type Proxy struct {
+	Port   int
+	paused atomic.Bool
+	l      net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+// StartProxy starts a proxy to the server's NFS port (2049); it stops
+// when the test ends. Its connections to the server come from reserved
+// ports, as the kernel client's do.
+func StartProxy(t testing.TB) *Proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{Port: l.Addr().(*net.TCPAddr).Port, l: l}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Pause stops passing bytes in both directions; connections stay open.
+func (p *Proxy) Pause() { p.paused.Store(true) }
+
+// Resume passes bytes again, those held meanwhile first.
+func (p *Proxy) Resume() { p.paused.Store(false) }
+
+func (p *Proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		s, err := dialReserved(net.JoinHostPort(Server(), "2049"))
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, s)
+		go p.pipe(s, c)
+	}
+}
+
+// pipe copies from src to dst, holding what it read while paused.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	defer dst.Close()
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.paused.Load() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *Proxy) close() {
+	p.Resume()
+	p.l.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// dialReserved connects from a port below 1024, which knfsd expects of
+// clients unless the export says "insecure".
+func dialReserved(addr string) (net.Conn, error) {
+	var err error
+	for port := 1023; port > 600; port-- {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: port}, Timeout: 5 * time.Second}
+		var c net.Conn
+		if c, err = d.Dial("tcp", addr); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
