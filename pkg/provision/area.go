@@ -5,48 +5,194 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
+	"syscall"
 
+	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
 // Area is a share's managed directory tree opened for provisioning: the
-// share root and its metadata area. It keeps the records directory open so
-// that a record costs one round trip to the server. Create it with OpenArea;
-// it is safe for concurrent use.
+// share root and its metadata area. The metadata directories are checked
+// once, when the Area is opened, and kept open: records, parent markers and
+// the trash are reached through those handles, never again by path, so
+// nothing put at their names later (a symlink to a tenant's directory, say)
+// is ever used. Create it with OpenArea; it is safe for concurrent use.
 type Area struct {
 	root    *os.Root
-	volumes *os.Root
+	meta    *os.Root // .nfsdir
+	volumes *os.Root // .nfsdir/volumes
+	parents *os.Root // .nfsdir/parents
+	trash   *os.Root // .nfsdir/trash
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no
 // metadata area: nfsdir never created a volume there.
 var ErrNoArea = errors.New("the share has no nfsdir metadata area")
 
+// metaDirs are the directories of the metadata area below MetaDir.
+var metaDirs = []string{"volumes", "parents", "trash"}
+
 // OpenArea opens the metadata area below root, creating it when missing if
 // create is set; otherwise a missing area is ErrNoArea, and nothing is
 // written to the share. root stays owned by the caller and must outlive
 // the Area.
-func OpenArea(root *os.Root, create bool) (*Area, error) {
+//
+// Each metadata directory must be a real directory (not a symlink), owned
+// by the user nfsdir's own files get on this share (root, or the squashed
+// user on a root_squash export) and writable by nobody else; anything else
+// is FailedPrecondition naming the path, and the share is not used. Anyone
+// who can write the share root could otherwise have nfsdir move volumes
+// into, and purge, a directory of their choosing.
+func OpenArea(root *os.Root, create bool) (_ *Area, err error) {
 	if create {
-		for _, d := range []string{safepath.MetaDir, volumesDir, parentsDir, trashDir} {
-			if _, err := mkdirOnce(root, d, 0o700); err != nil {
-				return nil, onShare(err, "create nfsdir's metadata area %s", d)
-			}
+		if err := mkdirMeta(root, safepath.MetaDir, safepath.MetaDir); err != nil {
+			return nil, err
 		}
 	}
-	volumes, err := root.OpenRoot(volumesDir)
+	meta, err := openMetaDir(root, safepath.MetaDir)
 	if errors.Is(err, fs.ErrNotExist) && !create {
 		return nil, ErrNoArea
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", volumesDir, err)
+		return nil, err
 	}
-	return &Area{root: root, volumes: volumes}, nil
+	a := &Area{root: root, meta: meta}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	owner, err := ownUID(meta)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMetaDir(meta, ".", safepath.MetaDir, owner); err != nil {
+		return nil, err
+	}
+	handles := []**os.Root{&a.volumes, &a.parents, &a.trash}
+	for i, name := range metaDirs {
+		full := path.Join(safepath.MetaDir, name)
+		if create {
+			if err := mkdirMeta(meta, name, full); err != nil {
+				return nil, err
+			}
+		}
+		if err := checkMetaDir(meta, name, full, owner); err != nil {
+			return nil, err
+		}
+		if *handles[i], err = openMetaDir(meta, name); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// mkdirMeta creates the metadata directory name below parent unless
+// something exists there (which the checks then judge).
+func mkdirMeta(parent *os.Root, name, full string) error {
+	if err := parent.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return onShare(err, "create nfsdir's metadata area %s", full)
+	}
+	return nil
+}
+
+// openMetaDir opens the directory name below parent as a Root and checks
+// that what it opened is what Lstat saw at that name: a real directory,
+// not a symlink swapped in between.
+func openMetaDir(parent *os.Root, name string) (*os.Root, error) {
+	st, err := parent.Lstat(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		return nil, onShare(err, "check %s", name)
+	}
+	if !st.IsDir() {
+		return nil, notOurs(name, fmt.Sprintf("it is a %s, not a directory", typeName(st.Mode())))
+	}
+	r, err := parent.OpenRoot(name)
+	if err != nil {
+		return nil, onShare(err, "open %s", name)
+	}
+	got, err := r.Lstat(".")
+	if err != nil || !os.SameFile(st, got) {
+		r.Close()
+		return nil, notOurs(name, "it was replaced while nfsdir opened it")
+	}
+	return r, nil
+}
+
+// checkMetaDir checks the owner and mode of the metadata directory name
+// below meta (full: its path on the share, for messages).
+func checkMetaDir(meta *os.Root, name, full string, owner uint32) error {
+	st, err := meta.Lstat(name)
+	if err != nil {
+		return onShare(err, "check %s", full)
+	}
+	if !st.IsDir() {
+		return notOurs(full, fmt.Sprintf("it is a %s, not a directory", typeName(st.Mode())))
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("check %s: no owner information", full)
+	}
+	if sys.Uid != owner {
+		return notOurs(full, fmt.Sprintf("it is owned by uid %d, while nfsdir's files on this share get uid %d", sys.Uid, owner))
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return notOurs(full, fmt.Sprintf("its mode %04o lets others than its owner write it", st.Mode().Perm()))
+	}
+	return nil
+}
+
+func notOurs(p, why string) error {
+	return fault.New(fault.FailedPrecondition, "nfsdir's metadata directory %s on the share is not as nfsdir made it: %s. nfsdir will not use this share until it is a directory of mode 0700 owned by the user nfsdir writes as, with nothing else able to write it (check who changed it: whoever can write the share root can replace it)", p, why)
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m.IsRegular():
+		return "regular file"
+	default:
+		return m.Type().String()
+	}
+}
+
+// ownUID returns the owner the server gives files nfsdir creates on this
+// share: root, or the user a root_squash export maps root to. It writes
+// and removes a probe symlink in the metadata directory.
+func ownUID(meta *os.Root) (uint32, error) {
+	name := ".owner-" + volumeid.NewToken()
+	if err := meta.Symlink("probe", name); err != nil {
+		return 0, onShare(err, "write a probe in %s", safepath.MetaDir)
+	}
+	defer meta.Remove(name)
+	st, err := meta.Lstat(name)
+	if err != nil {
+		return 0, onShare(err, "check a probe in %s", safepath.MetaDir)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("check a probe in %s: no owner information", safepath.MetaDir)
+	}
+	return sys.Uid, nil
 }
 
 // Close releases the Area's own handles (not the share root).
-func (a *Area) Close() error { return a.volumes.Close() }
+func (a *Area) Close() error {
+	var errs []error
+	for _, r := range []*os.Root{a.volumes, a.parents, a.trash, a.meta} {
+		if r != nil {
+			errs = append(errs, r.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // IsStale reports whether err means the Area's handles went stale (the
 // server re-exported, or the metadata area was removed behind nfsdir's back)

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
@@ -98,7 +99,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		if err := compatible(old, req); err != nil {
 			return nil, err
 		}
-		if err := makeVolumeDir(a.root, old, false); err != nil {
+		if err := a.makeVolumeDir(old, false); err != nil {
 			return nil, err
 		}
 		return old, a.seal(key, old)
@@ -106,7 +107,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := makeVolumeDir(a.root, rec, !req.Shared); err != nil {
+	if err := a.makeVolumeDir(rec, !req.Shared); err != nil {
 		_ = removeRecord(a.volumes, key)
 		return nil, err
 	}
@@ -232,7 +233,8 @@ func compatible(rec *Record, req Request) error {
 // volume directory with the record's mode and owner. Existing parents must be
 // real directories, not symlinks. When fresh, the record was just written and
 // an existing volume directory is someone else's: AlreadyExists.
-func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
+func (a *Area) makeVolumeDir(rec *Record, fresh bool) error {
+	root := a.root
 	parents := safepath.Parents(rec.SubDir)
 	for i := len(parents) - 1; i >= 0; i-- {
 		p := parents[i]
@@ -241,7 +243,7 @@ func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 			return onShare(err, "create parent %q", p)
 		}
 		if created {
-			if err := root.WriteFile(parentMarker(p), []byte(p+"\n"), 0o600); err != nil {
+			if err := a.parents.WriteFile(parentMarker(p), []byte(p+"\n"), 0o600); err != nil {
 				return fmt.Errorf("mark parent %q: %w", p, err)
 			}
 		}
@@ -253,7 +255,7 @@ func makeVolumeDir(root *os.Root, rec *Record, fresh bool) error {
 	switch {
 	case errors.Is(err, fs.ErrExist) && fresh:
 		why := "nfsdir did not create it"
-		if _, perr := root.Lstat(parentMarker(rec.SubDir)); perr == nil {
+		if _, perr := a.parents.Lstat(parentMarker(rec.SubDir)); perr == nil {
 			why = "it holds the directories of other nfsdir volumes"
 		}
 		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and %s; choose another subDir or move it away", rec.SubDir, why)
@@ -348,9 +350,10 @@ func mkdirOnce(root *os.Root, dir string, perm fs.FileMode) (bool, error) {
 	return false, nil
 }
 
+// parentMarker names the marker of parent directory p in .nfsdir/parents.
 func parentMarker(p string) string {
 	sum := sha256.Sum256([]byte(p))
-	return path.Join(parentsDir, hex.EncodeToString(sum[:16]))
+	return hex.EncodeToString(sum[:16])
 }
 
 // Lookup returns the record of a volume ID, or nil when the volume does not
@@ -398,8 +401,8 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 		default:
 			// ENOENT: gone meanwhile (our own earlier attempt, seen through a
 			// stale cache, or someone else); nothing left to move.
-			if err := root.Rename(rec.SubDir, trashName(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("move %q to trash: %w", rec.SubDir, err)
+			if err := a.moveInto(rec.SubDir, a.trash, trashName(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return onShare(err, "move %q to %s", rec.SubDir, trashDir)
 			}
 		}
 	}
@@ -407,12 +410,44 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 		return err
 	}
 	if rec.OnDelete != params.Retain {
-		pruneParents(root, rec.SubDir)
+		a.pruneParents(rec.SubDir)
 	}
 	return nil
 }
 
-func trashName(id volumeid.ID) string { return path.Join(trashDir, id.Key+"."+id.Token) }
+// trashName names a deleted volume's directory in .nfsdir/trash.
+func trashName(id volumeid.ID) string { return id.Key + "." + id.Token }
+
+// moveInto renames the directory rel of the share into dst, an open
+// metadata directory, as name. The source's parent is opened without
+// following any symlink, and dst is the handle checked when the Area was
+// opened: neither can be redirected by whatever is put at their names.
+func (a *Area) moveInto(rel string, dst *os.Root, name string) error {
+	rootDir, err := a.root.Open(".")
+	if err != nil {
+		return err
+	}
+	defer rootDir.Close()
+	parent := int(rootDir.Fd())
+	if d := path.Dir(rel); d != "." {
+		fd, err := unix.Openat2(parent, d, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+		if err != nil {
+			return fmt.Errorf("open %q: %w", d, err)
+		}
+		defer unix.Close(fd)
+		parent = fd
+	}
+	dstDir, err := dst.Open(".")
+	if err != nil {
+		return err
+	}
+	defer dstDir.Close()
+	if err := unix.Renameat(parent, path.Base(rel), int(dstDir.Fd()), name); err != nil {
+		return fmt.Errorf("rename %q: %w", rel, err)
+	}
+	return nil
+}
 
 func archive(root *os.Root, rec *Record) error {
 	for attempt := 0; attempt < 1000; attempt++ {
@@ -436,15 +471,15 @@ func archive(root *os.Root, rec *Record) error {
 
 // pruneParents removes parent directories that nfsdir created for templated
 // subDirs once they are empty, deepest first, never the share root.
-func pruneParents(root *os.Root, subDir string) {
+func (a *Area) pruneParents(subDir string) {
 	for _, p := range safepath.Parents(subDir) {
-		if _, err := root.Lstat(parentMarker(p)); err != nil {
+		if _, err := a.parents.Lstat(parentMarker(p)); err != nil {
 			return // not ours
 		}
-		if err := root.Remove(p); err != nil {
+		if err := a.root.Remove(p); err != nil {
 			return // not empty, or gone
 		}
-		_ = root.Remove(parentMarker(p))
+		_ = a.parents.Remove(parentMarker(p))
 	}
 }
 

@@ -61,7 +61,7 @@ func (p *Purger) Kick(ctx context.Context, sharePath string, a *Area) {
 }
 
 func (p *Purger) kick(ctx context.Context, sharePath string, a *Area) {
-	trash, err := a.root.Open(trashDir)
+	trash, err := a.trash.Open(".")
 	if err != nil {
 		klog.Warningf("open trash of %s: %v", sharePath, err)
 		return
@@ -124,7 +124,7 @@ func (p *Purger) purge(ctx context.Context, sharePath string, a *Area, id, name 
 
 // purgeOnce makes one attempt at removing the trash entry name.
 func (p *Purger) purgeOnce(ctx context.Context, a *Area, name string) error {
-	trash, err := a.root.Open(trashDir)
+	trash, err := a.trash.Open(".")
 	if err != nil {
 		return err
 	}

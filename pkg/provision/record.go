@@ -28,7 +28,6 @@ import (
 // volume that shares its directory, volumeid.KeyForShared(subDir, name).
 const (
 	volumesDir = safepath.MetaDir + "/volumes"
-	parentsDir = safepath.MetaDir + "/parents"
 	trashDir   = safepath.MetaDir + "/trash"
 )
 

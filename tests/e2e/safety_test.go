@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
@@ -115,5 +117,64 @@ func TestHungShareStallsNothingElse(t *testing.T) {
 	case <-time.After(90 * time.Second):
 		p.Kill()
 		t.Fatal("the controller did not stop within 90 s of SIGTERM")
+	}
+}
+
+// TestMetadataAreaReplacedThroughTheShareRoot: whoever can write the share
+// root replaces .nfsdir/trash by a link to another directory. Before, the
+// next controller start listed that directory as the trash and purged it.
+// Now the share is refused, naming the path, until it is put back.
+func TestMetadataAreaReplacedThroughTheShareRoot(t *testing.T) {
+	lab.Require(t)
+	state := filepath.Join(t.TempDir(), "state")
+	withState := func(cfg *config.Config) { cfg.StateDir = state }
+	d := lab.StartDriver(t, nfsmount.NewSystem(), withState)
+	c := lab.Connect(t, d.Endpoint)
+	vc := lab.RWX("nfsvers=4.2")
+	v := c.Create(t, "pvc-meta-swap", params("onDelete", "delete"), vc)
+	d.Stop()
+
+	victim := onExport("team-x-data")
+	os.MkdirAll(filepath.Join(victim, "db"), 0o755)
+	for i := 0; i < 20; i++ {
+		os.WriteFile(filepath.Join(victim, "db", fmt.Sprint(i)), []byte("precious"), 0o644)
+	}
+	defer os.RemoveAll(victim)
+	lab.Sh(t, "mv "+onExport(".nfsdir/trash")+" "+onExport(".nfsdir/trash.orig")+" && ln -s ../team-x-data "+onExport(".nfsdir/trash"))
+
+	d = lab.StartDriver(t, nfsmount.NewSystem(), withState) // resumes the share's purges
+	c = lab.Connect(t, d.Endpoint)
+	time.Sleep(3 * time.Second)
+	if ents, _ := os.ReadDir(filepath.Join(victim, "db")); len(ents) != 20 {
+		t.Fatalf("directory behind the swapped trash: %d of 20 files left", len(ents))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.Controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.VolumeId})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), ".nfsdir/trash") {
+		t.Errorf("DeleteVolume with .nfsdir/trash a symlink: %v; want FailedPrecondition naming it", err)
+	}
+	if !exists(onExport("pvc-meta-swap")) {
+		t.Error("volume moved although the share was refused")
+	}
+
+	// Put back as it was, the share works again.
+	lab.Sh(t, "rm "+onExport(".nfsdir/trash")+" && mv "+onExport(".nfsdir/trash.orig")+" "+onExport(".nfsdir/trash"))
+	c.Delete(t, v)
+	waitTrashEmpty(t)
+
+	// A metadata directory others may write is refused as well.
+	lab.Sh(t, "chmod 0777 "+onExport(".nfsdir"))
+	defer lab.Sh(t, "chmod 0700 "+onExport(".nfsdir"))
+	d.Stop()
+	d = lab.StartDriver(t, nfsmount.NewSystem(), nil)
+	c = lab.Connect(t, d.Endpoint)
+	_, err = c.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-meta-mode", Parameters: params(),
+		VolumeCapabilities: []*csi.VolumeCapability{vc}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "mode 0777") {
+		t.Errorf("CreateVolume with .nfsdir mode 0777: %v; want FailedPrecondition", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(victim, "db")); len(ents) != 20 {
+		t.Errorf("directory behind the swapped trash: %d of 20 files left", len(ents))
 	}
 }

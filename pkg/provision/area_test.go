@@ -1,0 +1,86 @@
+package provision
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/params"
+)
+
+// TestMetadataAreaMustBeNfsdirs: a metadata directory that is a symlink,
+// writable by others or owned by another user makes the share unusable
+// (FailedPrecondition naming it), with or without create.
+func TestMetadataAreaMustBeNfsdirs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	cases := map[string]struct {
+		spoil func(dir string)
+		want  string
+	}{
+		"trash symlink": {func(dir string) {
+			os.MkdirAll(filepath.Join(dir, "victim"), 0o755)
+			os.Remove(filepath.Join(dir, ".nfsdir/trash"))
+			os.Symlink("../victim", filepath.Join(dir, ".nfsdir/trash"))
+		}, ".nfsdir/trash on the share is not as nfsdir made it: it is a symbolic link"},
+		"meta symlink": {func(dir string) {
+			os.Rename(filepath.Join(dir, ".nfsdir"), filepath.Join(dir, "elsewhere"))
+			os.Symlink("elsewhere", filepath.Join(dir, ".nfsdir"))
+		}, ".nfsdir on the share is not as nfsdir made it: it is a symbolic link"},
+		"meta world-writable": {func(dir string) {
+			os.Chmod(filepath.Join(dir, ".nfsdir"), 0o777)
+		}, "its mode 0777 lets others"},
+		"volumes foreign owner": {func(dir string) {
+			os.Chown(filepath.Join(dir, ".nfsdir/volumes"), 1234, 1234)
+		}, "owned by uid 1234"},
+		"parents a file": {func(dir string) {
+			os.Remove(filepath.Join(dir, ".nfsdir/parents"))
+			os.WriteFile(filepath.Join(dir, ".nfsdir/parents"), nil, 0o600)
+		}, "it is a regular file"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir, a := newShare(t)
+			a.Close()
+			c.spoil(dir)
+			root, err := os.OpenRoot(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer root.Close()
+			for _, create := range []bool{false, true} {
+				_, err := OpenArea(root, create)
+				if !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("create=%v: %v; want FailedPrecondition with %q", create, err, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestTrashIsReachedThroughItsHandle: replacing .nfsdir/trash by a link to
+// another directory after the Area was opened changes nothing: deleted
+// volumes still go to the trash nfsdir checked.
+func TestTrashIsReachedThroughItsHandle(t *testing.T) {
+	dir, a := newShare(t)
+	rec, err := a.Create(context.Background(), req("pvc-1", "ns/pvc-1", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(dir, "victim"), 0o755)
+	os.Rename(filepath.Join(dir, ".nfsdir/trash"), filepath.Join(dir, ".nfsdir/trash-real"))
+	os.Symlink("../victim", filepath.Join(dir, ".nfsdir/trash"))
+	if err := a.Delete(context.Background(), idOf(rec)); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "victim")); len(ents) != 0 {
+		t.Errorf("volume moved into the directory a link pointed to: %v", ents)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, ".nfsdir/trash-real")); len(ents) != 1 {
+		t.Errorf("volume not in the trash opened with the Area: %v", ents)
+	}
+}
