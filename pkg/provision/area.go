@@ -26,6 +26,7 @@ type Area struct {
 	volumes *os.Root // .nfsdir/volumes
 	parents *os.Root // .nfsdir/parents
 	trash   *os.Root // .nfsdir/trash
+	owner   uint32   // the uid the server gives files nfsdir creates
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no
@@ -69,6 +70,7 @@ func OpenArea(root *os.Root, create bool) (_ *Area, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.owner = owner
 	if err := checkMetaDir(meta, ".", safepath.MetaDir, owner); err != nil {
 		return nil, err
 	}

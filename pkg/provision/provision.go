@@ -16,7 +16,6 @@ import (
 	"os"
 	"path"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -48,20 +47,29 @@ type Request struct {
 // The record is keyed by the volume's directory and published, exclusively,
 // before the directory is made: a directory without a record is never
 // nfsdir's, and two volumes can never claim one directory unless both opt in
-// to sharing it. A new volume directory must not lie inside another volume's
-// directory; it cannot contain one, since it must not exist yet. Once the
-// directory exists, its fileid is sealed into the record, so that Delete
-// never takes a directory put at the same path later for the volume. A first
-// creation costs the record and the mkdir (two round trips to the server)
-// plus the seal (a rename, and a symlink, usually with the directory's
-// attributes still cached), one lookup per parent level of a nested subDir,
-// and a chown and chmod when an owner or special mode bits are asked for.
+// to sharing it. A volume directory never lies inside another volume's
+// directory or a shared directory, and never holds one, since it must not
+// exist yet. The directory is made read-only and empty (mode 0500), its
+// identity (fileid) is sealed into the record, and only then does it get
+// the volume's owner and mode: a retry after a crash takes over a directory
+// at the path only when it is sealed, or is still exactly what nfsdir
+// leaves between mkdir and seal (empty, mode 0500, nfsdir's owner), and
+// Delete never takes a directory put at the same path later for the
+// volume. A first creation costs the record, the mkdir, the seal (a
+// symlink and a rename) and a chmod, one or two lookups per parent level
+// of a nested subDir, and a chown when an owner is asked for.
 //
-// Errors: InvalidArgument for a path inside another volume; AlreadyExists
-// when the directory belongs to another volume, when the same volume exists
-// with other parameters, or when the directory exists without being
-// nfsdir's; FailedPrecondition when a path component is a symlink or not a
-// directory.
+// A shared volume (req.Shared) joins the directory nfsdir created for
+// shared volumes at that subDir, with the same owner and mode, and creates
+// it when missing, under a record of its own (Record.SharedDir); it never
+// joins another directory.
+//
+// Errors: InvalidArgument for a path inside another volume or shared
+// directory; AlreadyExists when the directory belongs to another volume,
+// when the same volume exists with other parameters, or when the directory
+// exists without being nfsdir's; FailedPrecondition when a path component
+// is a symlink or not a directory, or when a directory at the path cannot
+// be proven to be the one nfsdir made.
 func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
 		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
@@ -69,20 +77,22 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err := a.checkNotNested(req.SubDir); err != nil {
 		return nil, err
 	}
+	if err := a.checkKind(req); err != nil {
+		return nil, err
+	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second)}
 	key := rec.Key()
-	if req.Shared {
-		// Shared volumes coexist only with other shared volumes.
-		if other, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir)); err != nil || other != nil {
-			if err != nil {
-				return nil, err
-			}
-			return nil, fault.New(fault.AlreadyExists, "subDir %q belongs to volume %q, which does not share it", req.SubDir, other.Name)
+	err := writeRecordExclusive(a.volumes, key, rec)
+	if errors.Is(err, fs.ErrExist) {
+		if old, rerr := readRecord(a.volumes, key); rerr == nil && old != nil && old.Name != req.Name && a.abandoned(old) {
+			klog.Warningf("volume %q: reclaiming subDir %q from volume %q, whose creation was abandoned at %s before its directory was made", req.Name, req.SubDir, old.Name, old.Created.Format(time.RFC3339))
+			a.dropRecord(key, old)
+			err = writeRecordExclusive(a.volumes, key, rec)
 		}
 	}
-	err := writeRecordExclusive(a.volumes, key, rec)
+	fresh := err == nil
 	if errors.Is(err, fs.ErrExist) {
 		// A retry, a crash between the record and the directory, or another
 		// volume that owns the directory.
@@ -99,28 +109,215 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		if err := compatible(old, req); err != nil {
 			return nil, err
 		}
-		if err := a.makeVolumeDir(old, false); err != nil {
-			return nil, err
-		}
-		return old, a.seal(key, old)
+		rec = old
+	} else if err != nil {
+		return nil, err
+	}
+	if req.Shared {
+		err = a.joinShared(rec)
+	} else {
+		err = a.makeDir(key, rec, fresh)
+	}
+	if err != nil && fresh && rec.FileID == 0 {
+		// Nothing was made for this record: leave no trace of it.
+		a.dropRecord(key, rec)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := a.makeVolumeDir(rec, !req.Shared); err != nil {
-		_ = removeRecord(a.volumes, key)
-		return nil, err
-	}
-	return rec, a.seal(key, rec)
+	return rec, nil
 }
 
-// seal records the identity (fileid) of the volume directory in its record,
-// so that a directory put at the same path later is never taken for it.
-// Shared and already sealed volumes are left as they are.
-func (a *Area) seal(key string, rec *Record) error {
-	if rec.Shared || rec.FileID != 0 {
-		return nil
+// AbandonedAfter is how old a volume's record must be, with no directory
+// made for it, before another volume may take its subDir: the creation was
+// cut by a crash and never retried (its claim was deleted meanwhile).
+// csi-provisioner retries a failed creation at least every 5 minutes.
+var AbandonedAfter = time.Hour
+
+// abandoned reports whether rec is an exclusive volume's record whose
+// directory was never made and that is older than AbandonedAfter.
+func (a *Area) abandoned(rec *Record) bool {
+	if rec.Shared || rec.SharedDir || rec.Adopted || rec.FileID != 0 || time.Since(rec.Created) < AbandonedAfter {
+		return false
 	}
+	_, err := FreshLstat(a.root, rec.SubDir)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// checkKind fails when the directory of req is taken by a volume of the
+// other kind: an exclusive volume's directory is never shared, and a shared
+// directory never becomes one volume's.
+func (a *Area) checkKind(req Request) error {
+	if req.Shared {
+		other, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir))
+		if err != nil || other == nil {
+			return err
+		}
+		return fault.New(fault.AlreadyExists, "subDir %q belongs to volume %q, which does not share it", req.SubDir, other.Name)
+	}
+	dir, err := readRecord(a.volumes, volumeid.KeyForSharedDir(req.SubDir))
+	if err != nil || dir == nil {
+		return err
+	}
+	return fault.New(fault.AlreadyExists, "subDir %q is a directory nfsdir made for shared volumes (allowSharedSubDir); a volume of its own cannot take it", req.SubDir)
+}
+
+// joinShared makes sure the shared directory of the shared volume rec
+// exists, made by nfsdir for sharing, with rec's owner and mode, creating
+// it when missing. It stays when every sharer is gone.
+func (a *Area) joinShared(rec *Record) error {
+	dir := &Record{Version: RecordVersion, SharedDir: true, Token: volumeid.NewToken(), SubDir: rec.SubDir,
+		OnDelete: params.Retain, Mode: rec.Mode, UID: rec.UID, GID: rec.GID, Created: rec.Created}
+	key := dir.Key()
+	err := writeRecordExclusive(a.volumes, key, dir)
+	fresh := err == nil
+	if errors.Is(err, fs.ErrExist) {
+		old, err := readRecord(a.volumes, key)
+		if err != nil {
+			return err
+		}
+		if old == nil {
+			return fault.New(fault.Aborted, "the record of shared directory %q was removed concurrently; retry", rec.SubDir)
+		}
+		if old.Mode != rec.Mode || old.UID != rec.UID || old.GID != rec.GID {
+			return fault.New(fault.AlreadyExists, "shared directory %q was made with mode %04o uid %d gid %d; volume %q asks for mode %04o uid %d gid %d, and nfsdir does not change it under its other volumes", rec.SubDir, old.Mode, old.UID, old.GID, rec.Name, rec.Mode, rec.UID, rec.GID)
+		}
+		dir = old
+	} else if err != nil {
+		return err
+	}
+	err = a.makeDir(key, dir, fresh)
+	if err != nil && fresh && dir.FileID == 0 {
+		a.dropRecord(key, dir)
+	}
+	return err
+}
+
+// newDirPerm is the mode a directory is made with, before its seal: read
+// only, so nothing is put into it until it has its record's owner and mode.
+const newDirPerm = 0o500
+
+// makeDir makes the directory of rec (a volume's, or a shared directory's)
+// with its parents, seals its identity into the record stored under key and
+// gives it rec's owner and mode; or, when rec is sealed, checks that the
+// directory at the path is the sealed one and (re)applies owner and mode.
+// fresh: the record was written by this call, so any directory already at
+// the path is someone else's.
+func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
+	if err := a.makeParents(rec.SubDir); err != nil {
+		return err
+	}
+	if rec.FileID != 0 {
+		st, err := FreshLstat(a.root, rec.SubDir)
+		if err == nil {
+			if err := a.checkSealed(rec, st); err != nil {
+				return err
+			}
+			return setOwnerAndMode(a.root, rec)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return onShare(err, "check %q", rec.SubDir)
+		}
+		// Removed by someone after nfsdir made it: make it again.
+	}
+	err := a.root.Mkdir(rec.SubDir, newDirPerm)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrExist) && !fresh && rec.FileID == 0:
+		// A crash between mkdir and seal, a concurrent creator of the same
+		// shared directory, or someone else's directory.
+		if why := a.unfinished(rec.SubDir); why != "" {
+			if now, rerr := readRecord(a.volumes, key); rerr == nil && now != nil && now.Token == rec.Token && now.FileID != 0 {
+				*rec = *now // sealed meanwhile by a concurrent creator
+				return a.makeDir(key, rec, false)
+			}
+			return fault.New(fault.FailedPrecondition, "directory %q exists, and nfsdir cannot prove it is the one it began to make for %s before an interruption: %s. Move it away (or delete it) and retry, or hand it over with `nfsdir adopt` after removing the record %s", rec.SubDir, rec.describe(), why, recordPath(key))
+		}
+	case errors.Is(err, fs.ErrExist):
+		return a.existsError(rec.SubDir)
+	default:
+		return onShare(err, "create %q", rec.SubDir)
+	}
+	err = a.seal(key, rec)
+	if err == nil {
+		err = setOwnerAndMode(a.root, rec)
+	}
+	if err != nil && !fresh {
+		return err // the record stays; a retry finds the directory sealed or unfinished
+	}
+	if err != nil {
+		// Never leave a half-made volume: the directory is new and empty,
+		// and the caller drops the record.
+		_ = a.root.Remove(rec.SubDir)
+		rec.FileID = 0
+	}
+	return err
+}
+
+// existsError explains why an existing directory cannot become a volume's.
+func (a *Area) existsError(dir string) error {
+	if st, err := a.root.Lstat(dir); err == nil && !st.IsDir() {
+		return fault.New(fault.FailedPrecondition, "%q exists on the share and is not a directory (%s); nfsdir will not follow or replace it", dir, st.Mode().Type())
+	}
+	why := "nfsdir did not create it"
+	if _, err := a.parents.Lstat(parentMarker(dir)); err == nil {
+		why = "it holds the directories of other nfsdir volumes"
+	}
+	return fault.New(fault.AlreadyExists, "directory %q already exists on the share and %s; choose another subDir or move it away", dir, why)
+}
+
+// unfinished tells whether dir is exactly what makeDir leaves between mkdir
+// and seal: a real directory, empty, mode newDirPerm, owned by the user
+// nfsdir writes as. It returns "" if so, else what differs.
+func (a *Area) unfinished(dir string) string {
+	st, err := a.root.Lstat(dir)
+	if err != nil {
+		return err.Error()
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !st.IsDir():
+		return fmt.Sprintf("it is a %s", typeName(st.Mode()))
+	case !ok || sys.Uid != a.owner:
+		return fmt.Sprintf("it is owned by uid %d, not nfsdir's %d", sys.Uid, a.owner)
+	case st.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != newDirPerm:
+		return fmt.Sprintf("its mode is %04o, not the %04o nfsdir makes directories with", st.Mode().Perm(), newDirPerm)
+	}
+	d, err := a.root.Open(dir)
+	if err != nil {
+		return err.Error()
+	}
+	defer d.Close()
+	if names, _ := d.Readdirnames(1); len(names) > 0 {
+		return "it is not empty"
+	}
+	return ""
+}
+
+// checkSealed fails when st, found at rec's path, is not the directory
+// sealed into rec.
+func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
+	if !st.IsDir() {
+		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != rec.FileID {
+		return fault.New(fault.FailedPrecondition, "directory %q is not the one nfsdir created for %s (it was replaced: fileid %d, recorded %d); nfsdir leaves it alone: delete it by hand, or hand it over with `nfsdir adopt` after removing the record %s", rec.SubDir, rec.describe(), sys.Ino, rec.FileID, recordPath(rec.Key()))
+	}
+	return nil
+}
+
+// dropRecord removes the record under key if it is still rec (same token):
+// a record written later by someone else is left alone.
+func (a *Area) dropRecord(key string, rec *Record) {
+	if now, err := readRecord(a.volumes, key); err == nil && now != nil && now.Token == rec.Token {
+		_ = removeRecord(a.volumes, key)
+	}
+}
+
+// seal records the identity (fileid) of the directory just made for rec in
+// its record, so that a directory put at the same path later is never
+// taken for it.
+func (a *Area) seal(key string, rec *Record) error {
 	id, err := fileID(a.root, rec.SubDir)
 	if err != nil {
 		return err
@@ -161,15 +358,18 @@ func fileID(root *os.Root, dir string) (uint64, error) {
 	return sys.Ino, nil
 }
 
-// checkNotNested fails when a parent of subDir is an (exclusive) volume.
+// checkNotNested fails when a parent of subDir is a volume's directory or a
+// shared directory.
 func (a *Area) checkNotNested(subDir string) error {
 	for _, p := range safepath.Parents(subDir) {
-		rec, err := readRecord(a.volumes, volumeid.KeyForDir(p))
-		if err != nil {
-			return err
-		}
-		if rec != nil {
-			return fault.New(fault.InvalidArgument, "subDir %q lies inside volume %q (directory %q); volumes cannot nest", subDir, rec.Name, p)
+		for _, key := range []string{volumeid.KeyForDir(p), volumeid.KeyForSharedDir(p)} {
+			rec, err := readRecord(a.volumes, key)
+			if err != nil {
+				return err
+			}
+			if rec != nil {
+				return fault.New(fault.InvalidArgument, "subDir %q lies inside %s (directory %q); volumes cannot nest", subDir, rec.describe(), p)
+			}
 		}
 	}
 	return nil
@@ -198,9 +398,9 @@ func (a *Area) checkNoVolumeAround(subDir string) error {
 			case rec.SubDir == subDir && !rec.Shared:
 				// Its own record: writing the new one reports AlreadyExists.
 			case safepath.IsWithin(rec.SubDir, subDir):
-				return fault.New(fault.FailedPrecondition, "%q contains nfsdir volume %q (directory %q); adopting it would put that volume's data under another volume's onDelete", subDir, rec.Name, rec.SubDir)
+				return fault.New(fault.FailedPrecondition, "%q contains nfsdir's %s (directory %q); adopting it would put that data under another volume's onDelete", subDir, rec.describe(), rec.SubDir)
 			case safepath.IsWithin(subDir, rec.SubDir):
-				return fault.New(fault.FailedPrecondition, "%q lies inside nfsdir volume %q (directory %q)", subDir, rec.Name, rec.SubDir)
+				return fault.New(fault.FailedPrecondition, "%q lies inside nfsdir's %s (directory %q)", subDir, rec.describe(), rec.SubDir)
 			}
 		}
 		if errors.Is(err, io.EOF) || (err == nil && len(keys) == 0) {
@@ -229,16 +429,13 @@ func compatible(rec *Record, req Request) error {
 	return nil
 }
 
-// makeVolumeDir creates the parents (marking those it creates) and the
-// volume directory with the record's mode and owner. Existing parents must be
-// real directories, not symlinks. When fresh, the record was just written and
-// an existing volume directory is someone else's: AlreadyExists.
-func (a *Area) makeVolumeDir(rec *Record, fresh bool) error {
-	root := a.root
-	parents := safepath.Parents(rec.SubDir)
+// makeParents creates the missing parents of subDir, marking those it
+// creates; existing parents must be real directories, not symlinks.
+func (a *Area) makeParents(subDir string) error {
+	parents := safepath.Parents(subDir)
 	for i := len(parents) - 1; i >= 0; i-- {
 		p := parents[i]
-		created, err := mkdirOnce(root, p, 0o755)
+		created, err := mkdirOnce(a.root, p, 0o755)
 		if err != nil {
 			return onShare(err, "create parent %q", p)
 		}
@@ -248,48 +445,19 @@ func (a *Area) makeVolumeDir(rec *Record, fresh bool) error {
 			}
 		}
 	}
-	// Mkdir applies the process umask and drops special bits; when neither
-	// changes the mode, no chmod is needed.
-	perm := modeBits(rec.Mode)
-	err := root.Mkdir(rec.SubDir, perm.Perm())
-	switch {
-	case errors.Is(err, fs.ErrExist) && fresh:
-		why := "nfsdir did not create it"
-		if _, perr := a.parents.Lstat(parentMarker(rec.SubDir)); perr == nil {
-			why = "it holds the directories of other nfsdir volumes"
-		}
-		return fault.New(fault.AlreadyExists, "directory %q already exists on the share and %s; choose another subDir or move it away", rec.SubDir, why)
-	case errors.Is(err, fs.ErrExist):
-		// A retry: the directory is ours; finish what a crash may have cut.
-		if _, err := mkdirOnce(root, rec.SubDir, perm.Perm()); err != nil { // checks it is a real directory
-			return err
-		}
-		return setOwnerAndMode(root, rec)
-	case err != nil:
-		return onShare(err, "create %q", rec.SubDir)
-	}
-	if err := setOwnerAndMode(root, rec); err != nil {
-		// Never leave a half-made volume: the directory is new and empty.
-		_ = root.Remove(rec.SubDir)
-		return err
-	}
 	return nil
 }
 
-// setOwnerAndMode applies the record's owner and, when mkdir could not
-// have set it exactly, its mode.
+// setOwnerAndMode applies the record's owner and mode.
 func setOwnerAndMode(root *os.Root, rec *Record) error {
-	owned := rec.UID >= 0 || rec.GID >= 0
-	if owned {
+	if rec.UID >= 0 || rec.GID >= 0 {
 		if err := root.Lchown(rec.SubDir, rec.UID, rec.GID); err != nil {
 			return onShare(err, "set owner %d:%d of %q", rec.UID, rec.GID, rec.SubDir)
 		}
 	}
 	// Chmod after chown: chown clears the setgid bit.
-	if owned || rec.Mode&^0o777 != 0 || rec.Mode&processUmask() != 0 {
-		if err := root.Chmod(rec.SubDir, modeBits(rec.Mode)); err != nil {
-			return onShare(err, "set mode %04o of %q", rec.Mode, rec.SubDir)
-		}
+	if err := root.Chmod(rec.SubDir, modeBits(rec.Mode)); err != nil {
+		return onShare(err, "set mode %04o of %q", rec.Mode, rec.SubDir)
 	}
 	return nil
 }
@@ -305,14 +473,6 @@ func onShare(err error, format string, args ...any) error {
 	}
 	return fault.Wrap(fault.KindOf(err), err, format, args...)
 }
-
-// processUmask returns the process umask, read once at the first volume
-// creation (main sets it to 0 before serving); mkdir(2) clears its bits.
-var processUmask = sync.OnceValue(func() uint32 {
-	old := syscall.Umask(0o022)
-	syscall.Umask(old)
-	return uint32(old)
-})
 
 // modeBits converts Unix permission bits (with setuid/setgid/sticky) to an
 // fs.FileMode.
@@ -361,7 +521,7 @@ func parentMarker(p string) string {
 // a later volume of the same name and counts as not found.
 func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 	rec, err := readRecord(a.volumes, id.Key)
-	if err != nil || rec == nil || rec.Token != id.Token {
+	if err != nil || rec == nil || rec.Token != id.Token || rec.SharedDir {
 		return nil, err
 	}
 	return rec, nil
@@ -382,12 +542,15 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("check %q: %w", rec.SubDir, err)
 	}
-	if exists && !st.IsDir() {
-		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
-	}
-	if exists && rec.FileID != 0 && rec.OnDelete != params.Retain {
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != rec.FileID {
-			return fault.New(fault.FailedPrecondition, "directory %q is not the one nfsdir created for volume %q (it was replaced: fileid %d, recorded %d); nfsdir leaves it alone: delete it by hand, or hand it over with `nfsdir adopt` after removing the record %s", rec.SubDir, rec.Name, sys.Ino, rec.FileID, recordPath(id.Key))
+	if exists && rec.OnDelete != params.Retain {
+		if rec.FileID != 0 {
+			if err := a.checkSealed(rec, st); err != nil {
+				return err
+			}
+		} else if why := a.unfinished(rec.SubDir); why != "" {
+			// Made by an older nfsdir that sealed after chmod, or not
+			// nfsdir's at all: nothing proves which.
+			return fault.New(fault.FailedPrecondition, "directory %q was never sealed into the record of volume %q, and nfsdir cannot prove it is the one it made: %s. nfsdir leaves it alone: delete it by hand and retry", rec.SubDir, rec.Name, why)
 		}
 	}
 	if exists {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
@@ -311,8 +312,8 @@ func TestAdopt(t *testing.T) {
 		}
 	}
 	os.MkdirAll(filepath.Join(dir, "team-c/common/inner"), 0o755)
-	if _, err := a.Adopt(Request{Name: "inner", SubDir: "team-c/common/inner", OnDelete: params.Delete}); !fault.Is(err, fault.FailedPrecondition) {
-		t.Errorf("Adopt inside a shared volume = %v, want FailedPrecondition", err)
+	if _, err := a.Adopt(Request{Name: "inner", SubDir: "team-c/common/inner", OnDelete: params.Delete}); !fault.Is(err, fault.InvalidArgument) {
+		t.Errorf("Adopt inside a shared directory = %v, want InvalidArgument", err)
 	}
 	if err := a.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
@@ -356,18 +357,101 @@ func TestReplacedDirectoryIsNeverDeleted(t *testing.T) {
 	if err := a.Delete(ctx, idOf(kept)); err != nil {
 		t.Errorf("retain of a replaced directory: %v", err)
 	}
-	// A retry of CreateVolume seals a record a crash left unsealed.
+	// A retry of CreateVolume seals a record a crash left unsealed, when
+	// the directory is as nfsdir leaves it between mkdir and seal.
 	rec, _ := a.Create(ctx, req("w", "w", params.Delete))
 	unsealed := *rec
 	unsealed.FileID = 0
 	if err := rewriteRecord(a.volumes, rec.Key(), &unsealed); err != nil {
 		t.Fatal(err)
 	}
+	os.Chmod(filepath.Join(dir, "w"), newDirPerm)
 	again, err := a.Create(ctx, req("w", "w", params.Delete))
 	if err != nil || again.FileID != rec.FileID {
 		t.Errorf("retry did not seal: %+v %v", again, err)
 	}
+	if st, _ := os.Stat(filepath.Join(dir, "w")); st.Mode().Perm() != 0o770 {
+		t.Errorf("sealed directory has mode %v, want the volume's", st.Mode())
+	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, volumesDir)); len(ents) != 3 { // v-delete, v-archive, w
 		t.Errorf("records: %v (no temporary link may remain)", ents)
+	}
+}
+
+// TestRetryNeverTakesAnUnprovenDirectory: a record left unsealed by a crash
+// and a directory at its path that is not exactly what nfsdir leaves
+// between mkdir and seal (someone's data, another mode or owner): the retry
+// fails with FailedPrecondition and changes nothing; Delete leaves it too.
+func TestRetryNeverTakesAnUnprovenDirectory(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	for name, spoil := range map[string]func(p string){
+		"data":  func(p string) { os.Chmod(p, newDirPerm); os.WriteFile(filepath.Join(p, "theirs"), nil, 0o600) },
+		"mode":  func(p string) { os.Chmod(p, 0o755) },
+		"owner": func(p string) { os.Chmod(p, newDirPerm); os.Chown(p, 1234, 1234) },
+	} {
+		r := req("v-"+name, "v-"+name, params.Delete)
+		r.UID, r.GID = 4242, 4242
+		rec, err := a.Create(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, rec.SubDir)
+		os.Remove(p)
+		os.Mkdir(p, 0o700)
+		spoil(p)
+		unsealed := *rec
+		unsealed.FileID = 0
+		if err := rewriteRecord(a.volumes, rec.Key(), &unsealed); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := os.Lstat(p)
+		if _, err := a.Create(ctx, r); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "cannot prove") {
+			t.Errorf("%s: retry over an unproven directory: %v", name, err)
+		}
+		if err := a.Delete(ctx, idOf(rec)); !fault.Is(err, fault.FailedPrecondition) {
+			t.Errorf("%s: delete of an unproven directory: %v", name, err)
+		}
+		after, err := os.Lstat(p)
+		if err != nil || after.Mode() != before.Mode() || after.Sys().(*syscall.Stat_t).Uid != before.Sys().(*syscall.Stat_t).Uid {
+			t.Errorf("%s: directory changed: %v -> %v (%v)", name, before.Mode(), after, err)
+		}
+	}
+}
+
+// TestAbandonedRecordIsReclaimed: a record whose directory was never made
+// (a crash, then the claim deleted) blocks its subDir for other volumes
+// only for AbandonedAfter.
+func TestAbandonedRecordIsReclaimed(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	rec, err := a.Create(ctx, req("gone", "data", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "data"))
+	cut := *rec
+	cut.FileID = 0
+	if err := rewriteRecord(a.volumes, rec.Key(), &cut); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create(ctx, req("next", "data", params.Delete)); !fault.Is(err, fault.AlreadyExists) {
+		t.Fatalf("within the grace period: %v", err)
+	}
+	cut.Created = cut.Created.Add(-2 * AbandonedAfter)
+	rewriteRecord(a.volumes, rec.Key(), &cut)
+	next, err := a.Create(ctx, req("next", "data", params.Delete))
+	if err != nil || next.Name != "next" || next.FileID == 0 {
+		t.Fatalf("after the grace period: %+v %v", next, err)
+	}
+	if got, _ := a.Lookup(idOf(rec)); got != nil {
+		t.Error("the abandoned volume's ID still finds a record")
+	}
+	// A sealed record is never abandoned, however old.
+	old := *next
+	old.Created = old.Created.Add(-2 * AbandonedAfter)
+	rewriteRecord(a.volumes, next.Key(), &old)
+	if _, err := a.Create(ctx, req("third", "data", params.Delete)); !fault.Is(err, fault.AlreadyExists) {
+		t.Fatalf("over a sealed volume: %v", err)
 	}
 }

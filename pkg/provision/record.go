@@ -25,7 +25,8 @@ import (
 // write atomic and exclusive across controllers, on NFS too, in a single
 // round trip; readlink(2) reads it back. The link is never followed: its
 // target is not a path. <key> is volumeid.KeyForDir(subDir), or for a
-// volume that shares its directory, volumeid.KeyForShared(subDir, name).
+// volume that shares its directory, volumeid.KeyForShared(subDir, name),
+// or for the shared directory itself volumeid.KeyForSharedDir(subDir).
 const (
 	volumesDir = safepath.MetaDir + "/volumes"
 	trashDir   = safepath.MetaDir + "/trash"
@@ -43,6 +44,10 @@ type Record struct {
 	Token   string `json:"token"` // creation token, also in the volume ID
 	SubDir  string `json:"subDir"`
 	Shared  bool   `json:"shared,omitempty"`
+	// SharedDir marks the record of a directory nfsdir created for shared
+	// volumes (Shared) to join, not of a volume: its Name is empty, it is
+	// never a volume ID's record, and it stays when the sharers are gone.
+	SharedDir bool `json:"sharedDir,omitempty"`
 	Adopted bool   `json:"adopted,omitempty"` // handed over by `nfsdir adopt`
 	// FileID is the volume directory's inode number (NFS fileid), recorded
 	// once the directory exists: a directory at SubDir with another FileID
@@ -57,11 +62,22 @@ type Record struct {
 	Created       time.Time       `json:"created"`
 }
 
+// describe names what the record stands for, in messages.
+func (r *Record) describe() string {
+	if r.SharedDir {
+		return fmt.Sprintf("the shared directory %q", r.SubDir)
+	}
+	return fmt.Sprintf("volume %q", r.Name)
+}
+
 func recordPath(key string) string { return path.Join(volumesDir, key) }
 
 // Key returns the key the record is stored under.
 func (r *Record) Key() string {
-	if r.Shared {
+	switch {
+	case r.SharedDir:
+		return volumeid.KeyForSharedDir(r.SubDir)
+	case r.Shared:
 		return volumeid.KeyForShared(r.SubDir, r.Name)
 	}
 	return volumeid.KeyForDir(r.SubDir)

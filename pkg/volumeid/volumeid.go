@@ -66,6 +66,10 @@ type ID struct {
 // subDir.
 func KeyForDir(subDir string) string { return key("nfsdir-dir\x00" + subDir) }
 
+// KeyForSharedDir returns the record key of the directory subDir that nfsdir
+// created for volumes to share.
+func KeyForSharedDir(subDir string) string { return key("nfsdir-shared-dir\x00" + subDir) }
+
 // KeyForShared returns the record key of volume name in a directory that
 // several volumes share.
 func KeyForShared(subDir, name string) string {

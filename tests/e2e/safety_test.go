@@ -178,3 +178,66 @@ func TestMetadataAreaReplacedThroughTheShareRoot(t *testing.T) {
 		t.Errorf("directory behind the swapped trash: %d of 20 files left", len(ents))
 	}
 }
+
+// TestSharedVolumesTakeNothingOver: a shared volume (allowSharedSubDir)
+// joins only a directory nfsdir created as a shared directory for that
+// subDir, and obeys the nesting rules. Before, it re-owned an exclusive
+// volume's parent, exposing that volume to its pods, and a directory made
+// by hand; and an exclusive volume could be made inside a shared one.
+func TestSharedVolumesTakeNothingOver(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	vc := lab.RWX("nfsvers=4.2")
+	shared := func(subDir string, kv ...string) map[string]string {
+		return params(append([]string{"subDir", subDir, "allowSharedSubDir", "true", "onDelete", "retain"}, kv...)...)
+	}
+	owner := func(p string) string { return lab.Sh(t, "stat -c '%u:%g %a' "+onExport(p)) }
+
+	db := c.Create(t, "pvc-db", params("subDir", "team-b/db", "onDelete", "delete"), vc)
+	os.WriteFile(onExport("team-b/db/table"), []byte("rows"), 0o600)
+	os.MkdirAll(onExport("handmade"), 0o750)
+	before := map[string]string{"team-b": owner("team-b"), "handmade": owner("handmade")}
+	for name, subDir := range map[string]string{"pvc-over-parent": "team-b", "pvc-over-handmade": "handmade", "pvc-over-volume": "team-b/db"} {
+		err := createErr(c, t, name, shared(subDir, "uid", "4242", "gid", "4242", "mountPermissions", "0777"))
+		if code := status.Code(err); code != codes.AlreadyExists && code != codes.FailedPrecondition {
+			t.Errorf("shared volume on %s: %v; want AlreadyExists or FailedPrecondition", subDir, err)
+		}
+	}
+	for p, was := range before {
+		if now := owner(p); now != was {
+			t.Errorf("%s: owner and mode %s became %s", p, strings.TrimSpace(was), strings.TrimSpace(now))
+		}
+	}
+	if b, err := os.ReadFile(onExport("team-b/db/table")); err != nil || string(b) != "rows" {
+		t.Errorf("exclusive volume's data: %q %v", b, err)
+	}
+
+	s1 := c.Create(t, "pvc-common-1", shared("common", "mountPermissions", "0770"), vc)
+	s2 := c.Create(t, "pvc-common-2", shared("common", "mountPermissions", "0770"), vc)
+	if err := createErr(c, t, "pvc-common-other-mode", shared("common", "mountPermissions", "0777")); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("joining a shared directory with another mode: %v; want AlreadyExists", err)
+	}
+	for name, p := range map[string]map[string]string{
+		"pvc-in-shared":        params("subDir", "common/x", "onDelete", "delete"),
+		"pvc-shared-in-shared": shared("common/y"),
+		"pvc-shared-in-volume": shared("team-b/db/z"),
+	} {
+		if err := createErr(c, t, name, p); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s (subDir %s): %v; want InvalidArgument (volumes never nest)", name, p["subDir"], err)
+		}
+	}
+	if got := strings.TrimSpace(owner("common")); got != "0:0 770" {
+		t.Errorf("shared directory: %s, want 0:0 770", got)
+	}
+	for _, v := range []*csi.Volume{s1, s2, db} {
+		c.Delete(t, v)
+	}
+	// Every sharer gone, the directory stays nfsdir's shared directory:
+	// a new sharer joins it, an exclusive volume still may not.
+	s3 := c.Create(t, "pvc-common-3", shared("common", "mountPermissions", "0770"), vc)
+	c.Delete(t, s3)
+	if err := createErr(c, t, "pvc-common-exclusive", params("subDir", "common")); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("exclusive volume over a shared directory: %v", err)
+	}
+}
