@@ -8,6 +8,7 @@ package provision
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -249,7 +250,7 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 		// Never leave a half-made volume: the directory is new and empty,
 		// and the caller drops the record.
 		_ = a.root.Remove(rec.SubDir)
-		rec.FileID = 0
+		rec.FileID, rec.Handle = 0, ""
 	}
 	return err
 }
@@ -300,10 +301,35 @@ func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
 	if !st.IsDir() {
 		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
 	}
+	replaced := func(what string) error {
+		return fault.New(fault.FailedPrecondition, "directory %q is not the one nfsdir created for %s (it was replaced: %s); nfsdir leaves it alone: delete it by hand, or hand it over with `nfsdir adopt` after removing the record %s", rec.SubDir, rec.describe(), what, recordPath(rec.Key()))
+	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != rec.FileID {
-		return fault.New(fault.FailedPrecondition, "directory %q is not the one nfsdir created for %s (it was replaced: fileid %d, recorded %d); nfsdir leaves it alone: delete it by hand, or hand it over with `nfsdir adopt` after removing the record %s", rec.SubDir, rec.describe(), sys.Ino, rec.FileID, recordPath(rec.Key()))
+		return replaced(fmt.Sprintf("fileid %d, recorded %d", sys.Ino, rec.FileID))
+	}
+	if rec.Handle != "" {
+		if h := handleDigest(a.root, rec.SubDir); h != "" && h != rec.Handle {
+			return replaced(fmt.Sprintf("same fileid %d, but its file handle (server file system and generation) differs from the recorded one", rec.FileID))
+		}
 	}
 	return nil
+}
+
+// handleDigest returns a digest of the file handle of p below root (for
+// NFS, the server's file handle: file system id, inode and generation), or
+// "" when the file system gives none.
+func handleDigest(root *os.Root, p string) string {
+	d, err := root.Open(path.Dir(p))
+	if err != nil {
+		return ""
+	}
+	defer d.Close()
+	h, _, err := unix.NameToHandleAt(int(d.Fd()), path.Base(p), 0) // never follows a final symlink without AT_SYMLINK_FOLLOW
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(append(binary.BigEndian.AppendUint32(nil, uint32(h.Type())), h.Bytes()...))
+	return hex.EncodeToString(sum[:16])
 }
 
 // dropRecord removes the record under key if it is still rec (same token):
@@ -323,7 +349,7 @@ func (a *Area) seal(key string, rec *Record) error {
 		return err
 	}
 	sealed := *rec
-	sealed.FileID = id
+	sealed.FileID, sealed.Handle = id, handleDigest(a.root, rec.SubDir)
 	if err := rewriteRecord(a.volumes, key, &sealed); err != nil {
 		return err
 	}
@@ -684,7 +710,7 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id}
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: handleDigest(a.root, req.SubDir)}
 	if err := writeRecordExclusive(a.volumes, rec.Key(), rec); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			old, _ := readRecord(a.volumes, rec.Key())

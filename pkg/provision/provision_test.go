@@ -455,3 +455,31 @@ func TestAbandonedRecordIsReclaimed(t *testing.T) {
 		t.Fatalf("over a sealed volume: %v", err)
 	}
 }
+
+// TestSealHoldsTheFileHandle: the seal records the directory's file handle
+// too, and a directory whose handle differs is not the volume's even with
+// the same inode number.
+func TestSealHoldsTheFileHandle(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	rec, err := a.Create(ctx, req("v", "v", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Handle == "" {
+		t.Skip("this file system gives no file handles")
+	}
+	other := *rec
+	other.Handle = strings.Repeat("0", len(rec.Handle))
+	rewriteRecord(a.volumes, rec.Key(), &other)
+	if err := a.Delete(ctx, idOf(rec)); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "file handle") {
+		t.Fatalf("delete with another handle: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "v")); err != nil {
+		t.Fatal("directory moved")
+	}
+	rewriteRecord(a.volumes, rec.Key(), rec)
+	if err := a.Delete(ctx, idOf(rec)); err != nil {
+		t.Fatal(err)
+	}
+}

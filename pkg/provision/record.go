@@ -48,12 +48,19 @@ type Record struct {
 	// volumes (Shared) to join, not of a volume: its Name is empty, it is
 	// never a volume ID's record, and it stays when the sharers are gone.
 	SharedDir bool `json:"sharedDir,omitempty"`
-	Adopted bool   `json:"adopted,omitempty"` // handed over by `nfsdir adopt`
+	Adopted   bool `json:"adopted,omitempty"` // handed over by `nfsdir adopt`
 	// FileID is the volume directory's inode number (NFS fileid), recorded
 	// once the directory exists: a directory at SubDir with another FileID
 	// is not the one nfsdir created, and is never deleted or archived. 0:
 	// not recorded (a crash before sealing).
-	FileID        uint64          `json:"fileID,omitempty"`
+	FileID uint64 `json:"fileID,omitempty"`
+	// Handle is a digest of the directory's file handle, recorded with
+	// FileID: the NFS file handle holds the server's file system id and
+	// the inode's generation, so a directory on another file system
+	// mounted at the path, or a new inode that reuses the number, does not
+	// match. Empty: the client could not give a handle (or an older
+	// nfsdir sealed the record), and FileID alone identifies it.
+	Handle        string          `json:"handle,omitempty"`
 	OnDelete      params.OnDelete `json:"onDelete"`
 	Mode          uint32          `json:"mode"`
 	UID           int             `json:"uid"` // -1: not changed

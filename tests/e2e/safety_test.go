@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
@@ -39,6 +41,14 @@ func TestControllerWithEmptyStateDeletesEveryVolume(t *testing.T) {
 	}
 	os.WriteFile(onExport("pvc-long-options/data"), []byte("x"), 0o644)
 	first.Stop()
+	// The seal holds the directory's NFS file handle; the new controller's
+	// share mount (other options, so another superblock) must see the same.
+	recs, _ := filepath.Glob(onExport(".nfsdir/volumes/*"))
+	for _, r := range recs {
+		if b, err := os.Readlink(r); err == nil && strings.Contains(b, `"pvc-long-options"`) && !strings.Contains(b, `"handle":"`) {
+			t.Errorf("record without a file handle: %s", b)
+		}
+	}
 
 	fresh := filepath.Join(t.TempDir(), "new-pod-state")
 	second := lab.StartDriver(t, nfsmount.NewSystem(), func(cfg *config.Config) { cfg.StateDir = fresh })
@@ -239,5 +249,69 @@ func TestSharedVolumesTakeNothingOver(t *testing.T) {
 	c.Delete(t, s3)
 	if err := createErr(c, t, "pvc-common-exclusive", params("subDir", "common")); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("exclusive volume over a shared directory: %v", err)
+	}
+}
+
+// TestCrashStatesAreNeverTakenOver: states a crash leaves between the
+// record and the directory's seal. A retry never seals, chowns or chmods a
+// directory it cannot prove it made, and Delete leaves it alone; a record
+// whose directory was never made stops blocking its subDir once abandoned.
+func TestCrashStatesAreNeverTakenOver(t *testing.T) {
+	// Records are edited on the server below: no client-side caching.
+	vc := lab.RWX("nfsvers=4.2", "lookupcache=none", "actimeo=0")
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	create := func(name string, p map[string]string) error {
+		_, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), &csi.CreateVolumeRequest{
+			Name: name, Parameters: p, VolumeCapabilities: []*csi.VolumeCapability{vc},
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}})
+		return err
+	}
+	record := func(subDir string) string { return onExport(".nfsdir/volumes/" + volumeid.KeyForDir(subDir)) }
+	rewrite := func(subDir string, edit func(map[string]any)) {
+		m := map[string]any{}
+		if b, err := os.Readlink(record(subDir)); err == nil {
+			json.Unmarshal([]byte(b), &m)
+		}
+		edit(m)
+		b, _ := json.Marshal(m)
+		os.Remove(record(subDir))
+		if err := os.Symlink(string(b), record(subDir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A crash before the seal, and someone's directory now at the path.
+	p := params("subDir", "pvc-crash-a", "onDelete", "delete", "uid", "4242", "gid", "4242", "mountPermissions", "0700")
+	v := c.Create(t, "pvc-crash-a", p, vc)
+	rewrite("pvc-crash-a", func(m map[string]any) { delete(m, "fileID"); delete(m, "handle") })
+	lab.Sh(t, "rmdir "+onExport("pvc-crash-a")+" && mkdir -m 0755 "+onExport("pvc-crash-a")+" && echo theirs > "+onExport("pvc-crash-a/file"))
+	if err := create("pvc-crash-a", p); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot prove") {
+		t.Errorf("retry over a directory nfsdir cannot prove it made: %v; want FailedPrecondition", err)
+	}
+	if err := deleteErr(c, t, v.VolumeId); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("delete of a directory nfsdir cannot prove it made: %v; want FailedPrecondition", err)
+	}
+	if got := strings.TrimSpace(lab.Sh(t, "stat -c '%u:%g %a' "+onExport("pvc-crash-a")+" && cat "+onExport("pvc-crash-a/file"))); got != "0:0 755\ntheirs" {
+		t.Errorf("the directory was changed: %q", got)
+	}
+
+	// A record whose directory was never made, its claim gone since.
+	rewrite("pvc-crash-b", func(m map[string]any) {
+		for k, v := range map[string]any{"version": 1, "name": "pvc-old-claim", "token": "aaaaaaaa", "subDir": "pvc-crash-b",
+			"onDelete": "delete", "mode": 0o777, "uid": -1, "gid": -1, "created": time.Now().UTC().Add(-10 * time.Minute)} {
+			m[k] = v
+		}
+	})
+	if err := create("pvc-crash-b-new", params("subDir", "pvc-crash-b")); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("subDir of a record 10 minutes old: %v; want AlreadyExists", err)
+	}
+	rewrite("pvc-crash-b", func(m map[string]any) { m["created"] = time.Now().UTC().Add(-2 * time.Hour) })
+	if err := create("pvc-crash-b-new", params("subDir", "pvc-crash-b")); err != nil {
+		t.Errorf("subDir of a record abandoned 2 hours ago: %v", err)
+	}
+	if !exists(onExport("pvc-crash-b")) {
+		t.Error("no directory for the volume that reclaimed the subDir")
 	}
 }
