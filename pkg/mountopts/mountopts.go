@@ -266,3 +266,18 @@ func (o Options) ForReach() Options {
 	}
 	return out
 }
+
+// WithFreshLookups returns o with lookupcache=none in place of any
+// lookupcache option: every lookup by name then asks the server, so a name
+// another client changed is never resolved to the directory it used to
+// name. The controller's share mounts use it, since nfsdir acts on names
+// that other controllers may change.
+func (o Options) WithFreshLookups() Options {
+	out := Options{}
+	for _, opt := range o {
+		if !strings.HasPrefix(opt, "lookupcache=") {
+			out = append(out, opt)
+		}
+	}
+	return append(out, "lookupcache=none")
+}

@@ -78,6 +78,9 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err := a.checkNotNested(req.SubDir); err != nil {
 		return nil, err
 	}
+	if err := a.checkNoShareAbove(req.SubDir); err != nil {
+		return nil, err
+	}
 	if err := a.checkKind(req); err != nil {
 		return nil, err
 	}
@@ -116,8 +119,8 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	}
 	if req.Shared {
 		err = a.joinShared(rec)
-	} else {
-		err = a.makeDir(key, rec, fresh)
+	} else if err = a.makeDir(key, rec, fresh); err == nil && fresh {
+		err = a.recheckNesting(rec)
 	}
 	if err != nil && fresh && rec.FileID == 0 {
 		// Nothing was made for this record: leave no trace of it.
@@ -187,12 +190,38 @@ func (a *Area) joinShared(rec *Record) error {
 	} else if err != nil {
 		return err
 	}
-	err = a.makeDir(key, dir, fresh)
+	if err = a.makeDir(key, dir, fresh); err == nil && fresh {
+		err = a.recheckNesting(dir)
+	}
 	if err != nil && fresh && dir.FileID == 0 {
 		a.dropRecord(key, dir)
 	}
 	return err
 }
+
+// recheckNesting runs the nesting check again once the directory of rec
+// was made, with the records directory revalidated: the first check ran
+// before the record, so a volume around this one created concurrently
+// may have passed its own check too. Records come before directories, so
+// whichever of the two made its directory second sees the other's record
+// here and undoes its own (the directory is new and empty).
+func (a *Area) recheckNesting(rec *Record) error {
+	if d, err := a.volumes.Open("."); err == nil {
+		d.Close()
+	}
+	err := a.checkNotNested(rec.SubDir)
+	if err != nil {
+		_ = a.root.Remove(rec.SubDir)
+		rec.FileID, rec.Handle = 0, ""
+	}
+	return err
+}
+
+// StepHook is called between the steps of Create and Delete that act on
+// the share, with the step's name and the volume's subDir. Tests set it to
+// hold a call at any step, as a deposed leader or a slow server would; it
+// is never set in the product.
+var StepHook = func(step, subDir string) {}
 
 // newDirPerm is the mode a directory is made with, before its seal: read
 // only, so nothing is put into it until it has its record's owner and mode.
@@ -205,6 +234,7 @@ const newDirPerm = 0o500
 // fresh: the record was written by this call, so any directory already at
 // the path is someone else's.
 func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
+	StepHook("create:dir", rec.SubDir)
 	if err := a.makeParents(rec.SubDir); err != nil {
 		return err
 	}
@@ -270,8 +300,11 @@ func (a *Area) existsError(dir string) error {
 // unfinished tells whether dir is exactly what makeDir leaves between mkdir
 // and seal: a real directory, empty, mode newDirPerm, owned by the user
 // nfsdir writes as. It returns "" if so, else what differs.
-func (a *Area) unfinished(dir string) string {
-	st, err := a.root.Lstat(dir)
+func (a *Area) unfinished(dir string) string { return a.unfinishedAt(a.root, dir) }
+
+// unfinishedAt is unfinished for the directory rel below r.
+func (a *Area) unfinishedAt(r *os.Root, dir string) string {
+	st, err := r.Lstat(dir)
 	if err != nil {
 		return err.Error()
 	}
@@ -284,7 +317,7 @@ func (a *Area) unfinished(dir string) string {
 	case st.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != newDirPerm:
 		return fmt.Sprintf("its mode is %04o, not the %04o nfsdir makes directories with", st.Mode().Perm(), newDirPerm)
 	}
-	d, err := a.root.Open(dir)
+	d, err := r.Open(dir)
 	if err != nil {
 		return err.Error()
 	}
@@ -298,6 +331,12 @@ func (a *Area) unfinished(dir string) string {
 // checkSealed fails when st, found at rec's path, is not the directory
 // sealed into rec.
 func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
+	return a.checkSealedAt(rec, st, a.root, rec.SubDir)
+}
+
+// checkSealedAt fails when st, found at rel below r, is not the directory
+// sealed into rec.
+func (a *Area) checkSealedAt(rec *Record, st fs.FileInfo, r *os.Root, rel string) error {
 	if !st.IsDir() {
 		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
 	}
@@ -308,7 +347,7 @@ func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
 		return replaced(fmt.Sprintf("fileid %d, recorded %d", sys.Ino, rec.FileID))
 	}
 	if rec.Handle != "" {
-		if h := handleDigest(a.root, rec.SubDir); h != "" && h != rec.Handle {
+		if h := handleDigest(r, rel); h != "" && h != rec.Handle {
 			return replaced(fmt.Sprintf("same fileid %d, but its file handle (server file system and generation) differs from the recorded one", rec.FileID))
 		}
 	}
@@ -335,8 +374,8 @@ func handleDigest(root *os.Root, p string) string {
 // dropRecord removes the record under key if it is still rec (same token):
 // a record written later by someone else is left alone.
 func (a *Area) dropRecord(key string, rec *Record) {
-	if now, err := readRecord(a.volumes, key); err == nil && now != nil && now.Token == rec.Token {
-		_ = removeRecord(a.volumes, key)
+	if err := removeRecordIf(a.volumes, key, rec.Token); err != nil {
+		klog.Warningf("%s: %v", rec.describe(), err)
 	}
 }
 
@@ -384,6 +423,22 @@ func fileID(root *os.Root, dir string) (uint64, error) {
 	return sys.Ino, nil
 }
 
+// checkNoShareAbove fails when a parent of subDir is the root of another
+// nfsdir share (it holds a metadata directory): that share's volumes and
+// this one's would not see each other's records.
+func (a *Area) checkNoShareAbove(subDir string) error {
+	for _, p := range safepath.Parents(subDir) {
+		_, err := a.root.Lstat(path.Join(p, safepath.MetaDir))
+		if err == nil {
+			return fault.New(fault.InvalidArgument, "subDir %q lies inside %q, the root of another nfsdir share (it holds %s); shares must not overlap: give this volume a subDir outside it", subDir, p, safepath.MetaDir)
+		}
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return onShare(err, "check %q", p)
+		}
+	}
+	return nil
+}
+
 // checkNotNested fails when a parent of subDir is a volume's directory or a
 // shared directory.
 func (a *Area) checkNotNested(subDir string) error {
@@ -415,6 +470,9 @@ func (a *Area) checkNoVolumeAround(subDir string) error {
 	for {
 		keys, err := dir.Readdirnames(1024)
 		for _, k := range keys {
+			if strings.Contains(k, ".") {
+				continue // a record being sealed or removed, under a temporary name
+			}
 			rec, rerr := readRecord(a.volumes, k)
 			if rerr != nil {
 				return rerr
@@ -569,6 +627,9 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 		return fmt.Errorf("check %q: %w", rec.SubDir, err)
 	}
 	if exists && rec.OnDelete != params.Retain {
+		if _, err := root.Lstat(path.Join(rec.SubDir, safepath.MetaDir)); err == nil {
+			return fault.New(fault.FailedPrecondition, "volume %q: its directory %q is the root of another nfsdir share (it holds %s): a StorageClass uses it as its share, and nfsdir will not %s it; point that StorageClass elsewhere or move its data out first", rec.Name, rec.SubDir, safepath.MetaDir, rec.OnDelete)
+		}
 		if rec.FileID != 0 {
 			if err := a.checkSealed(rec, st); err != nil {
 				return err
@@ -584,18 +645,21 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 		case params.Retain:
 			klog.Infof("volume %q: retaining %q", rec.Name, rec.SubDir)
 		case params.Archive:
-			if err := archive(root, rec); err != nil {
+			if err := a.archive(rec); err != nil {
 				return err
-			}
-		default:
-			// ENOENT: gone meanwhile (our own earlier attempt, seen through a
-			// stale cache, or someone else); nothing left to move.
-			if err := a.moveInto(rec.SubDir, a.trash, trashName(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return onShare(err, "move %q to %s", rec.SubDir, trashDir)
 			}
 		}
 	}
-	if err := removeRecord(a.volumes, id.Key); err != nil {
+	if rec.OnDelete != params.Retain && rec.OnDelete != params.Archive {
+		// Also when nothing is at the path: an interrupted attempt may
+		// have left the directory pending in the trash.
+		StepHook("delete:move", rec.SubDir)
+		if err := a.trashVolume(rec, id); err != nil {
+			return err
+		}
+	}
+	StepHook("delete:record", rec.SubDir)
+	if err := removeRecordIf(a.volumes, id.Key, id.Token); err != nil {
 		return err
 	}
 	if rec.OnDelete != params.Retain {
@@ -612,50 +676,148 @@ func trashName(id volumeid.ID) string { return id.Key + "." + id.Token }
 // following any symlink, and dst is the handle checked when the Area was
 // opened: neither can be redirected by whatever is put at their names.
 func (a *Area) moveInto(rel string, dst *os.Root, name string) error {
-	rootDir, err := a.root.Open(".")
+	parent, err := a.openParent(rel)
 	if err != nil {
 		return err
 	}
-	defer rootDir.Close()
-	parent := int(rootDir.Fd())
-	if d := path.Dir(rel); d != "." {
-		fd, err := unix.Openat2(parent, d, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
-		if err != nil {
-			return fmt.Errorf("open %q: %w", d, err)
-		}
-		defer unix.Close(fd)
-		parent = fd
-	}
+	defer parent.Close()
 	dstDir, err := dst.Open(".")
 	if err != nil {
 		return err
 	}
 	defer dstDir.Close()
-	if err := unix.Renameat(parent, path.Base(rel), int(dstDir.Fd()), name); err != nil {
+	if err := unix.Renameat(int(parent.Fd()), path.Base(rel), int(dstDir.Fd()), name); err != nil {
 		return fmt.Errorf("rename %q: %w", rel, err)
 	}
 	return nil
 }
 
-func archive(root *os.Root, rec *Record) error {
+// openParent opens the parent directory of rel on the share without
+// following any symlink on the way.
+func (a *Area) openParent(rel string) (*os.File, error) {
+	rootDir, err := a.root.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	d := path.Dir(rel)
+	if d == "." {
+		return rootDir, nil
+	}
+	defer rootDir.Close()
+	fd, err := unix.Openat2(int(rootDir.Fd()), d, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return nil, fmt.Errorf("open %q: %w", d, err)
+	}
+	return os.NewFile(uintptr(fd), d), nil
+}
+
+func (a *Area) archive(rec *Record) error {
 	for attempt := 0; attempt < 1000; attempt++ {
 		name := safepath.ArchiveName(rec.SubDir, attempt)
-		if _, err := root.Lstat(name); err == nil {
+		if _, err := a.root.Lstat(name); err == nil {
 			continue
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("check %q: %w", name, err)
 		}
-		if err := root.Rename(rec.SubDir, name); err != nil {
+		if err := a.moveVerified(rec, a.root, name); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // gone meanwhile; nothing left to archive
 			}
-			return fmt.Errorf("archive %q as %q: %w", rec.SubDir, name, err)
+			return err
 		}
 		klog.Infof("volume %q: archived %q as %q", rec.Name, rec.SubDir, name)
 		return nil
 	}
 	return fault.New(fault.ResourceExhausted, "no free archive name for %q", rec.SubDir)
+}
+
+// trashVolume moves the directory of rec into the trash for the purge: to
+// a pending name first, which the purge ignores, and under its final name
+// only once it proved to be rec's directory.
+func (a *Area) trashVolume(rec *Record, id volumeid.ID) error {
+	final := trashName(id)
+	pending := pendingPrefix + final
+	if _, err := a.trash.Lstat(pending); errors.Is(err, fs.ErrNotExist) {
+		err := a.moveVerified(rec, a.trash, pending)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // gone meanwhile (an earlier attempt, or someone else)
+		}
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
+		return onShare(err, "check %s/%s", trashDir, pending)
+	} else if err := a.verifyMoved(rec, a.trash, pending); err != nil {
+		return err // left by an interrupted attempt, and not rec's: put back
+	}
+	if err := a.trash.Rename(pending, final); err != nil {
+		return onShare(err, "rename %s/%s", trashDir, pending)
+	}
+	return nil
+}
+
+// pendingPrefix starts the name of a directory moved into the trash but
+// not yet proven to be the deleted volume's; the purge skips such names.
+const pendingPrefix = "."
+
+// moveVerified renames the directory at rec's path to name below dst and
+// then checks that what it moved is rec's directory: a rename acts on a
+// name, and a delayed call (a deposed leader's, say) may find another
+// volume's directory at the path by then. Anything else is moved back at
+// once. fs.ErrNotExist: nothing at the path.
+func (a *Area) moveVerified(rec *Record, dst *os.Root, name string) error {
+	if err := a.moveInto(rec.SubDir, dst, name); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return onShare(err, "move %q", rec.SubDir)
+	}
+	return a.verifyMoved(rec, dst, name)
+}
+
+// verifyMoved checks that the directory at name below dst, just moved
+// from rec's path, is rec's, and moves it back to the path otherwise.
+func (a *Area) verifyMoved(rec *Record, dst *os.Root, name string) error {
+	var why error
+	st, err := dst.Lstat(name)
+	switch {
+	case err != nil:
+		return onShare(err, "check %q", name)
+	case rec.FileID != 0:
+		why = a.checkSealedAt(rec, st, dst, name)
+	default:
+		if w := a.unfinishedAt(dst, name); w != "" {
+			why = fault.New(fault.FailedPrecondition, "the directory at %q is not the one nfsdir made for %s: %s", rec.SubDir, rec.describe(), w)
+		}
+	}
+	if why == nil {
+		return nil
+	}
+	klog.Warningf("%s: moved a directory that is not its own from %q; moving it back: %v", rec.describe(), rec.SubDir, why)
+	if err := a.moveBack(dst, name, rec.SubDir); err != nil {
+		return fault.Wrap(fault.Internal, err, "%v; nfsdir moved it to %q and could not move it back: move it back to %q by hand", why, name, rec.SubDir)
+	}
+	return why
+}
+
+// moveBack renames name below src back to rel on the share, unless
+// something took rel meanwhile.
+func (a *Area) moveBack(src *os.Root, name, rel string) error {
+	if _, err := FreshLstat(a.root, rel); !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%q is taken again", rel)
+	}
+	srcDir, err := src.Open(".")
+	if err != nil {
+		return err
+	}
+	defer srcDir.Close()
+	parent, err := a.openParent(rel)
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	return unix.Renameat(int(srcDir.Fd()), name, int(parent.Fd()), path.Base(rel))
 }
 
 // pruneParents removes parent directories that nfsdir created for templated

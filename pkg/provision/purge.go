@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 )
 
 // Purger removes the trash of shares in the background with bounded
@@ -72,6 +75,9 @@ func (p *Purger) kick(ctx context.Context, sharePath string, a *Area) {
 		klog.Warningf("list trash of %s: %v", sharePath, err)
 	}
 	for _, name := range names {
+		if strings.HasPrefix(name, pendingPrefix) {
+			continue // not yet proven to be a deleted volume's
+		}
 		id := sharePath + "\x00" + name
 		p.mu.Lock()
 		if p.running[id] {
@@ -155,6 +161,10 @@ func (p *Purger) Pending() int {
 
 // removeParallelism bounds concurrent unlinks within one directory.
 const removeParallelism = 8
+
+// errHoldsShare is why a directory holding another share's metadata
+// directory is left in the trash.
+var errHoldsShare = errors.New("it is another nfsdir share's metadata directory: a share lies inside this deleted volume, and nfsdir never removes it or what holds it; move that share out of the trash to let the purge finish")
 
 // maxSkipped bounds the entries of one directory that an attempt skips as
 // stuck; beyond it the attempt ends (and is retried later).
@@ -285,6 +295,12 @@ func (p *Purger) emptyDir(ctx context.Context, fd int, rel string) error {
 			for _, e := range ents {
 				switch {
 				case skip[e.Name()]:
+				case e.IsDir() && e.Name() == safepath.MetaDir:
+					// Another share's metadata: a share lies inside this
+					// deleted volume. Never removed, nor what holds it.
+					if err := note(e.Name(), &stuckError{path: rel + "/" + e.Name(), err: errHoldsShare}); err != nil {
+						return err
+					}
 				case e.IsDir():
 					subdirs = append(subdirs, e.Name())
 				default:

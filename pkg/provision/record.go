@@ -9,6 +9,9 @@ import (
 	"path"
 	"time"
 
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -162,9 +165,50 @@ func rewriteRecord(volumes *os.Root, key string, r *Record) error {
 	return nil
 }
 
-func removeRecord(volumes *os.Root, key string) error {
-	if err := volumes.Remove(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove volume record: %w", err)
+// asideSuffix names the link a record is moved to while its removal
+// checks that it is the record the caller read.
+const asideSuffix = ".del."
+
+// removeRecordIf removes the record under key only if it carries token:
+// the record is first renamed aside (one atomic step that takes whatever
+// is there), then read; a record that turns out to be another one (a later
+// volume at the same directory, created after the caller read its own) is
+// linked back under key, which fails rather than replace one written
+// meanwhile. A caller delayed for any time (a deposed leader) can so only
+// ever remove the record it read.
+func removeRecordIf(volumes *os.Root, key, token string) error {
+	aside := key + asideSuffix + token
+	if err := settleAside(volumes, key, aside, token); err != nil { // an interrupted earlier attempt
+		return err
+	}
+	if err := volumes.Rename(key, aside); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // nothing there
+		}
+		return onShare(err, "remove volume record %s", recordPath(key))
+	}
+	return settleAside(volumes, key, aside, token)
+}
+
+// settleAside removes the record taken aside as aside if it carries token,
+// and otherwise puts it back under key.
+func settleAside(volumes *os.Root, key, aside, token string) error {
+	b, err := volumes.Readlink(aside)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return onShare(err, "read volume record %s", path.Join(volumesDir, aside))
+	}
+	var r Record
+	if json.Unmarshal([]byte(b), &r) == nil && r.Token != token {
+		if err := volumes.Link(aside, key); err != nil {
+			return fault.Wrap(fault.Internal, err, "the record of volume %q (token %s) was taken aside by the removal of token %s and cannot be put back as %s: rename %s back to %s by hand", r.Name, r.Token, token, recordPath(key), path.Join(volumesDir, aside), recordPath(key))
+		}
+		klog.Warningf("volume record %s: left the record of volume %q (token %s) in place; the caller's record (token %s) was already gone", recordPath(key), r.Name, r.Token, token)
+	}
+	if err := volumes.Remove(aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return onShare(err, "remove volume record %s", path.Join(volumesDir, aside))
 	}
 	return nil
 }

@@ -146,7 +146,7 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 	}
 	if cur == nil {
 		mctx, cancel := context.WithTimeout(ctx, m.mountTimeout)
-		err := m.mounter.Mount(mctx, e.String(), mp, opts)
+		err := m.mounter.Mount(mctx, e.String(), mp, opts.WithFreshLookups())
 		cancel()
 		if err != nil {
 			if isDeadline(err) {

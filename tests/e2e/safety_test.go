@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
@@ -314,4 +316,159 @@ func TestCrashStatesAreNeverTakenOver(t *testing.T) {
 	if !exists(onExport("pvc-crash-b")) {
 		t.Error("no directory for the volume that reclaimed the subDir")
 	}
+}
+
+// TestTwoControllersNeverActOnEachOthersVolumes: two controllers on one
+// share (separate NFS caches: nosharecache), as during a leader change. The
+// first one's DeleteVolume is held at a step (a deposed leader); meanwhile
+// the second deletes the volume and the claim is created again at the same
+// directory with new data. When the first resumes, the new volume's
+// directory and record are untouched.
+func TestTwoControllersNeverActOnEachOthersVolumes(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	vc := lab.RWX("nfsvers=4.2", "nosharecache")
+	first := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
+	second := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
+	defer func() { provision.StepHook = func(string, string) {} }()
+	for i, step := range []string{"delete:move", "delete:record"} {
+		subDir := fmt.Sprintf("team-r/claim-%d", i)
+		p := params("subDir", subDir, "onDelete", "delete")
+		old := first.Create(t, "pvc-leader-change", p, vc)
+		os.WriteFile(onExport(subDir+"/old-data"), []byte("old"), 0o644)
+
+		held, release := make(chan struct{}), make(chan struct{})
+		var holding atomic.Bool
+		provision.StepHook = func(s, d string) {
+			if s == step && d == subDir && holding.CompareAndSwap(false, true) {
+				close(held)
+				<-release
+			}
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := first.Controller.DeleteVolume(lab.Ctx(t, 2*time.Minute), &csi.DeleteVolumeRequest{VolumeId: old.VolumeId})
+			done <- err
+		}()
+		<-held
+		second.Delete(t, old)
+		waitTrashEmpty(t)
+		now := second.Create(t, "pvc-leader-change", p, vc)
+		os.WriteFile(onExport(subDir+"/new-data"), []byte("new"), 0o644)
+		close(release)
+		err := <-done
+		t.Logf("%s: the held DeleteVolume answered %v", step, err)
+
+		if b, err := os.ReadFile(onExport(subDir + "/new-data")); err != nil || string(b) != "new" {
+			t.Errorf("%s: the new volume's data: %q %v", step, b, err)
+		}
+		id, _ := volumeid.Parse(now.VolumeId)
+		if b, err := os.Readlink(onExport(".nfsdir/volumes/" + id.Key)); err != nil || !strings.Contains(b, `"token":"`+id.Token+`"`) {
+			t.Errorf("%s: the new volume's record: %q %v", step, b, err)
+		}
+		if left, _ := filepath.Glob(onExport(".nfsdir/trash/.*")); len(left) > 0 {
+			t.Errorf("%s: left pending in the trash: %v", step, left)
+		}
+		provision.StepHook = func(string, string) {}
+		second.Delete(t, now)
+		waitTrashEmpty(t)
+		if exists(onExport(subDir)) {
+			t.Errorf("%s: the new volume was not deleted", step)
+		}
+	}
+}
+
+// TestTwoControllersNeverNestVolumes: the first controller's CreateVolume
+// of team-n/x is held between its record and its directory while the
+// second creates team-n: the inner one is refused and leaves nothing.
+func TestTwoControllersNeverNestVolumes(t *testing.T) {
+	lab.Require(t)
+	vc := lab.RWX("nfsvers=4.2", "nosharecache")
+	first := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
+	second := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
+	defer func() { provision.StepHook = func(string, string) {} }()
+	held, release := make(chan struct{}), make(chan struct{})
+	var holding atomic.Bool
+	provision.StepHook = func(s, d string) {
+		if s == "create:dir" && d == "team-n/x" && holding.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := first.Controller.CreateVolume(lab.Ctx(t, 2*time.Minute), &csi.CreateVolumeRequest{Name: "pvc-inner",
+			Parameters: params("subDir", "team-n/x"), VolumeCapabilities: []*csi.VolumeCapability{vc}})
+		done <- err
+	}()
+	<-held
+	outer := second.Create(t, "pvc-outer", params("subDir", "team-n", "onDelete", "delete"), vc)
+	close(release)
+	if err := <-done; status.Code(err) != codes.InvalidArgument {
+		t.Errorf("inner volume created while the outer one appeared: %v; want InvalidArgument", err)
+	}
+	if exists(onExport("team-n/x")) {
+		t.Error("the inner volume's directory was left inside the outer volume")
+	}
+	if exists(onExport(".nfsdir/volumes/" + volumeid.KeyForDir("team-n/x"))) {
+		t.Error("the inner volume's record was left")
+	}
+	provision.StepHook = func(string, string) {}
+	second.Delete(t, outer)
+}
+
+// TestOverlappingSharesNeverDestroyEachOther: two StorageClasses whose
+// shares overlap (/export, and a share inside it). Records are per share,
+// so neither sees the other's volumes; nfsdir still never deletes or
+// purges the other share, and never makes a volume inside its root.
+func TestOverlappingSharesNeverDestroyEachOther(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	vc := lab.RWX("nfsvers=4.2")
+	inner := func(share string, kv ...string) map[string]string {
+		p := params(kv...)
+		p["share"] = onExport(share)
+		return p
+	}
+
+	// The second share's root is the first share's volume directory.
+	holder := c.Create(t, "pvc-holder", params("onDelete", "delete"), vc)
+	b := c.Create(t, "pvc-b", inner("pvc-holder"), vc)
+	os.WriteFile(onExport("pvc-holder/pvc-b/data"), []byte("b"), 0o644)
+	if err := deleteErr(c, t, holder.VolumeId); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "another nfsdir share") {
+		t.Errorf("delete of a volume that is another share's root: %v; want FailedPrecondition", err)
+	}
+
+	// The second share lies deeper in a deleted volume: the purge keeps it.
+	deep := c.Create(t, "pvc-deep", params("onDelete", "delete"), vc)
+	os.MkdirAll(onExport("pvc-deep/team/share"), 0o755)
+	os.WriteFile(onExport("pvc-deep/team/other-data"), []byte("x"), 0o644)
+	d := c.Create(t, "pvc-d", inner("pvc-deep/team/share"), vc)
+	os.WriteFile(onExport("pvc-deep/team/share/pvc-d/data"), []byte("d"), 0o644)
+	c.Delete(t, deep)
+	time.Sleep(3 * time.Second)
+	kept, _ := filepath.Glob(onExport(".nfsdir/trash/*/team/share/pvc-d/data"))
+	if len(kept) != 1 {
+		t.Errorf("the share inside a deleted volume was purged: %v", kept)
+	}
+	if left, _ := filepath.Glob(onExport(".nfsdir/trash/*/team/other-data")); len(left) != 0 {
+		t.Errorf("the rest of the deleted volume was not purged: %v", left)
+	}
+
+	// No volume inside another share's root.
+	os.MkdirAll(onExport("team-o"), 0o755)
+	o := c.Create(t, "pvc-o", inner("team-o"), vc)
+	if err := createErr(c, t, "pvc-in-other-share", params("subDir", "team-o/x")); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "another nfsdir share") {
+		t.Errorf("volume inside another share's root: %v; want InvalidArgument", err)
+	}
+	for _, v := range []*csi.Volume{b, d, o} {
+		c.Delete(t, v)
+	}
+	// Once the other share is gone, its holder is deleted as any volume.
+	lab.Sh(t, "rm -rf "+onExport("pvc-holder/.nfsdir")+" "+onExport("team-o"))
+	c.Delete(t, holder)
+	// What the purge leaves alone by design goes by hand.
+	lab.Sh(t, "rm -rf "+onExport(".nfsdir/trash")+"/*")
 }
