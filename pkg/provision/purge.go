@@ -164,7 +164,7 @@ const removeParallelism = 8
 
 // errHoldsShare is why a directory holding another share's metadata
 // directory is left in the trash.
-var errHoldsShare = errors.New("it is another nfsdir share's metadata directory: a share lies inside this deleted volume, and nfsdir never removes it or what holds it; move that share out of the trash to let the purge finish")
+var errHoldsShare = errors.New("it holds another nfsdir share's metadata directory (" + safepath.MetaDir + "): that share's root lies inside this deleted volume, and nfsdir never removes it or anything in it; move that share out of the trash to let the purge finish")
 
 // maxSkipped bounds the entries of one directory that an attempt skips as
 // stuck; beyond it the attempt ends (and is retried later).
@@ -233,6 +233,13 @@ func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string) erro
 		case err != nil:
 			return fmt.Errorf("open %q: %w", rel, err)
 		}
+		// Another share's root (it holds a metadata directory) lies inside
+		// this deleted volume: never removed, nor anything in it.
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, safepath.MetaDir, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			unix.Close(fd)
+			return &stuckError{path: rel, err: errHoldsShare}
+		}
 		if err := p.emptyDir(ctx, fd, rel); err != nil {
 			return err
 		}
@@ -295,12 +302,6 @@ func (p *Purger) emptyDir(ctx context.Context, fd int, rel string) error {
 			for _, e := range ents {
 				switch {
 				case skip[e.Name()]:
-				case e.IsDir() && e.Name() == safepath.MetaDir:
-					// Another share's metadata: a share lies inside this
-					// deleted volume. Never removed, nor what holds it.
-					if err := note(e.Name(), &stuckError{path: rel + "/" + e.Name(), err: errHoldsShare}); err != nil {
-						return err
-					}
 				case e.IsDir():
 					subdirs = append(subdirs, e.Name())
 				default:
