@@ -19,10 +19,21 @@ import (
 // provisioning Areas per share mount, the retry after a stale handle, and
 // the deadline every operation on a share is bounded by.
 
-// openArea is the provisioning Area of one mount of a share.
+// openArea is the provisioning Area of one mount of a share, and the Area
+// its purges run on: the share's second mount, with the client's name
+// cache on (sharemount.GetForPurge), or the same Area when that mount
+// could not be had.
 type openArea struct {
 	share *sharemount.Share
 	area  *provision.Area
+	purge *provision.Area
+}
+
+func (oa *openArea) close() {
+	oa.area.Close()
+	if oa.purge != oa.area {
+		oa.purge.Close()
+	}
 }
 
 // area returns the mounted share and its provisioning Area, opening the Area
@@ -47,26 +58,51 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 	}
 	// The lock covers the map only: every share needs it, so nothing that
 	// touches a share (closing an Area, listing its trash) runs under it.
+	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
 	s.areasMu.Lock()
-	var stale *provision.Area
+	var stale *openArea
 	if oa := s.areas[share.Path]; oa != nil {
 		if oa.share == share { // another call opened it meanwhile
 			s.areasMu.Unlock()
-			a.Close()
+			opened.close()
 			return oa.area, share, nil
 		}
-		stale = oa.area // from an earlier mount of the share
+		stale = oa // from an earlier mount of the share
 	}
 	if s.areas == nil {
 		s.areas = map[string]*openArea{}
 	}
-	s.areas[share.Path] = &openArea{share: share, area: a}
+	s.areas[share.Path] = opened
 	s.areasMu.Unlock()
 	if stale != nil {
-		stale.Close()
+		stale.close()
 	}
-	s.purger.Kick(s.bg, share.Path, a) // resume purges left by a restart
+	s.purger.Kick(s.bg, share.Path, opened.purge) // resume purges left by a restart
 	return a, share, nil
+}
+
+// purgeArea opens the share's Area on the share's purge mount; without
+// one, purges run through main (correct, only slower).
+func (s *Controller) purgeArea(ctx context.Context, e export.Export, opts mountopts.Options, main *provision.Area) *provision.Area {
+	ps, err := s.shares.GetForPurge(ctx, e, opts)
+	if err == nil {
+		var pa *provision.Area
+		if pa, err = provision.OpenArea(ps.Root(), false); err == nil {
+			return pa
+		}
+	}
+	klog.Warningf("share %s: no mount of its own for purges (%v); purging through the main mount", e, err)
+	return main
+}
+
+// kick starts the purges of share's trash that are not running yet.
+func (s *Controller) kick(share *sharemount.Share) {
+	s.areasMu.Lock()
+	oa := s.areas[share.Path]
+	s.areasMu.Unlock()
+	if oa != nil && oa.share == share {
+		s.purger.Kick(s.bg, share.Path, oa.purge)
+	}
 }
 
 // bounded runs fn holding the lock of key until fn returns, but returns
@@ -125,7 +161,7 @@ func (s *Controller) forget(share *sharemount.Share) {
 	}
 	s.areasMu.Unlock()
 	if oa != nil {
-		oa.area.Close()
+		oa.close()
 	}
 }
 
@@ -148,7 +184,7 @@ func (s *Controller) closeAreas() {
 	s.areas = nil
 	s.areasMu.Unlock()
 	for _, oa := range areas {
-		oa.area.Close()
+		oa.close()
 	}
 }
 

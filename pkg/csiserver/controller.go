@@ -151,7 +151,7 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 			if err := a.Delete(ctx, id); err != nil {
 				return err
 			}
-			s.purger.Kick(s.bg, share.Path, a)
+			s.kick(share)
 			return nil
 		})
 	})

@@ -325,7 +325,7 @@ func (s *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 				health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
 					Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: bad.Error()})
 			}
-		case status.Code(err) == codes.NotFound && req.GetVolumePublishPath() == "":
+		case fault.Is(err, fault.NotFound) && req.GetVolumePublishPath() == "":
 			// Unmounted behind our back since we published it.
 		case err != nil:
 			return nil, toStatus(err)
@@ -398,8 +398,9 @@ func (e *unhealthyError) Error() string {
 func (e *unhealthyError) Unwrap() error { return fault.New(fault.Unavailable, "%v", e.err) }
 
 // usage validates the request fields and statfs-es the mounted volume path
-// within statsTimeout. Errors: InvalidArgument, NotFound (not mounted), or
-// *unhealthyError (Unavailable).
+// within statsTimeout. Errors: an InvalidArgument status for a missing
+// field; fault errors otherwise: NotFound (not mounted, or another volume),
+// or *unhealthyError (Unavailable).
 func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, error) {
 	if err := checkIDAndPath(volumeID, "volume path", p); err != nil {
 		return nfsmount.Usage{}, err
@@ -408,7 +409,7 @@ func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, e
 	if err != nil {
 		// No volume is published there (the CSI spec's answer for a
 		// path that does not hold the volume is NotFound).
-		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path: %v", err)
+		return nfsmount.Usage{}, fault.Wrap(fault.NotFound, err, "volume path")
 	}
 	p = tg.Path()
 	cur, err := s.mounter.Mounted(p)
@@ -416,10 +417,10 @@ func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, e
 		return nfsmount.Usage{}, err
 	}
 	if cur == nil || !strings.HasPrefix(cur.FsType, "nfs") {
-		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %q is not a mounted NFS volume", p)
+		return nfsmount.Usage{}, fault.New(fault.NotFound, "volume path %q is not a mounted NFS volume", p)
 	}
 	if !carries(volumeID, cur.Source) {
-		return nfsmount.Usage{}, status.Errorf(codes.NotFound, "volume path %q has %q mounted, which is not volume %q", p, cur.Source, volumeID)
+		return nfsmount.Usage{}, fault.New(fault.NotFound, "volume path %q has %q mounted, which is not volume %q", p, cur.Source, volumeID)
 	}
 	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()

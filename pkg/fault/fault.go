@@ -91,7 +91,7 @@ func KindOf(err error) Kind {
 		return Aborted
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		return PermissionDenied
-	case errors.Is(err, syscall.ESTALE), errors.Is(err, syscall.EIO), errors.Is(err, syscall.ENOTCONN):
+	case Unreachable(err):
 		return Unavailable
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return ResourceExhausted
@@ -101,3 +101,19 @@ func KindOf(err error) Kind {
 
 // Is reports whether err has kind k.
 func Is(err error, k Kind) bool { return err != nil && KindOf(err) == k }
+
+// unreachable are the errnos with which the kernel reports a mount that is
+// stale or whose server cannot be reached: the one list nfsdir uses.
+var unreachable = []syscall.Errno{syscall.ESTALE, syscall.ENOTCONN, syscall.EIO, syscall.EHOSTDOWN, syscall.ENODEV}
+
+// Unreachable reports whether err (at any depth of wrapping) says a mount
+// is stale or its server unreachable: unmounting and mounting again is the
+// remedy, and the caller's answer is Unavailable.
+func Unreachable(err error) bool {
+	for _, e := range unreachable {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

@@ -65,14 +65,7 @@ type Usage struct {
 // IsStale reports whether err (at any depth of wrapping) says the mount is
 // stale or its server is unreachable, so that unmounting and mounting again
 // is the remedy.
-func IsStale(err error) bool {
-	for _, e := range []error{syscall.ESTALE, syscall.ENOTCONN, syscall.EIO, syscall.EHOSTDOWN, syscall.ENODEV} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
+func IsStale(err error) bool { return fault.Unreachable(err) }
 
 // System is the Mounter of the running kernel. Create it with NewSystem.
 type System struct {

@@ -618,8 +618,13 @@ func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 	root := a.root
 	rec, err := a.Lookup(id)
-	if err != nil || rec == nil {
+	if err != nil {
 		return err
+	}
+	if rec == nil {
+		// Gone; an attempt interrupted while removing the record may have
+		// left it aside.
+		return settleAside(a.volumes, id.Key, id.Key+asideSuffix+id.Token, id.Token)
 	}
 	st, err := FreshLstat(root, rec.SubDir)
 	exists := err == nil

@@ -135,7 +135,22 @@ func (p *Purger) purgeOnce(ctx context.Context, a *Area, name string) error {
 		return err
 	}
 	defer trash.Close()
-	return p.removeAt(ctx, int(trash.Fd()), name, name)
+	return p.removeAt(ctx, int(trash.Fd()), name, name, level{top: -1})
+}
+
+// maxPurgeDepth is how many directory levels below a trash entry a purge
+// descends with a descriptor open at each; a directory deeper than that is
+// first moved up to the entry's top, so a purge holds at most
+// maxPurgeDepth+2 descriptors and as many directory listings whatever the
+// depth of the tree (a tenant's 25,000-deep chain included).
+const maxPurgeDepth = 16
+
+// level is where a directory being removed lies in its trash entry: its
+// depth below the entry, and the entry's top directory open as top (-1
+// for the entry itself).
+type level struct {
+	depth int
+	top   int
 }
 
 // Stuck returns how many trash entries could not be removed at the last
@@ -198,7 +213,7 @@ func isStuck(err error) bool {
 // requests in flight to the NFS server; subdirectories are descended one at
 // a time. It checks ctx between batches. Entries that cannot be removed are
 // skipped; the first of them is reported as a *stuckError at the end.
-func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string) error {
+func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string, at level) error {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -240,7 +255,11 @@ func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string) erro
 			unix.Close(fd)
 			return &stuckError{path: rel, err: errHoldsShare}
 		}
-		if err := p.emptyDir(ctx, fd, rel); err != nil {
+		below := level{depth: at.depth + 1, top: at.top}
+		if at.top < 0 {
+			below.top = fd
+		}
+		if err := p.emptyDir(ctx, fd, rel, below); err != nil {
 			return err
 		}
 		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
@@ -263,7 +282,7 @@ func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string) erro
 // closes fd. It reads the directory in batches to its end, removing as it
 // goes, and starts over while a pass removed anything. Entries that cannot
 // be removed are skipped; the first is returned as a *stuckError.
-func (p *Purger) emptyDir(ctx context.Context, fd int, rel string) error {
+func (p *Purger) emptyDir(ctx context.Context, fd int, rel string, at level) error {
 	dir := os.NewFile(uintptr(fd), rel)
 	defer dir.Close()
 	skip := map[string]bool{}
@@ -308,7 +327,7 @@ func (p *Purger) emptyDir(ctx context.Context, fd int, rel string) error {
 					files = append(files, e.Name())
 				}
 			}
-			failed := p.unlinkAll(ctx, fd, rel, files)
+			failed := p.unlinkAll(ctx, fd, rel, files, at)
 			progress = progress || len(failed) < len(files)
 			for name, err := range failed {
 				if err := note(name, err); err != nil {
@@ -316,7 +335,15 @@ func (p *Purger) emptyDir(ctx context.Context, fd int, rel string) error {
 				}
 			}
 			for _, d := range subdirs {
-				err := p.removeAt(ctx, fd, d, rel+"/"+d)
+				if at.depth >= maxPurgeDepth {
+					if moved, err := liftUp(fd, d, at.top); err != nil {
+						return fmt.Errorf("move %q up: %w", rel+"/"+d, err)
+					} else if moved {
+						progress = true
+						continue
+					}
+				}
+				err := p.removeAt(ctx, fd, d, rel+"/"+d, at)
 				progress = progress || err == nil
 				if err := note(d, err); err != nil {
 					return err
@@ -332,12 +359,12 @@ func (p *Purger) emptyDir(ctx context.Context, fd int, rel string) error {
 // unlinkAll removes names from the directory open as fd, split into up to
 // removeParallelism contiguous chunks removed concurrently. It returns the
 // names that could not be removed, with their errors.
-func (p *Purger) unlinkAll(ctx context.Context, fd int, rel string, names []string) map[string]error {
+func (p *Purger) unlinkAll(ctx context.Context, fd int, rel string, names []string, at level) map[string]error {
 	failed := map[string]error{}
 	var mu sync.Mutex
 	run := func(chunk []string) {
 		for _, n := range chunk {
-			if err := p.removeAt(ctx, fd, n, rel+"/"+n); err != nil {
+			if err := p.removeAt(ctx, fd, n, rel+"/"+n, at); err != nil {
 				mu.Lock()
 				failed[n] = err
 				mu.Unlock()
@@ -362,4 +389,26 @@ func (p *Purger) unlinkAll(ctx context.Context, fd int, rel string, names []stri
 	}
 	wg.Wait()
 	return failed
+}
+
+// liftUp moves the directory name, in the directory open as fd, up to the
+// top of its trash entry (open as top) under a fresh name, where a later
+// pass of the purge finds it at depth one. It reports false when it could
+// not move it across file systems (a server-side mount inside the volume):
+// the caller then descends as usual.
+func liftUp(fd int, name string, top int) (bool, error) {
+	for i := 0; i < 100; i++ {
+		err := unix.Renameat(fd, name, top, fmt.Sprintf(".lifted-%d-%d", time.Now().UnixNano(), i))
+		switch {
+		case err == nil, errors.Is(err, unix.ENOENT):
+			return true, nil
+		case errors.Is(err, unix.EXDEV):
+			return false, nil
+		case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR):
+			continue // the name is taken (a tenant's): another one
+		default:
+			return false, err
+		}
+	}
+	return false, errors.New("no free name at the top of the trash entry")
 }

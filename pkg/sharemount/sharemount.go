@@ -35,6 +35,7 @@ type Share struct {
 	Options mountopts.Options
 	Path    string // mount point
 
+	key     string // of the Manager's entry
 	root    *os.Root
 	checked time.Time
 }
@@ -76,11 +77,28 @@ func Key(e export.Export, opts mountopts.Options) string {
 }
 
 // Get returns the mounted share, mounting it or mounting it again when its
-// mount went stale. Errors: Unavailable when the server does not answer,
-// DeadlineExceeded when mounting took longer than the mount timeout.
+// mount went stale. The mount resolves every name with the server
+// (lookupcache=none): nfsdir renames and removes by name what other
+// controllers may change. Errors: Unavailable when the server does not
+// answer, DeadlineExceeded when mounting took longer than the mount timeout.
 func (m *Manager) Get(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
+	return m.get(ctx, e, opts, false)
+}
+
+// GetForPurge returns a second mount of the share, with the client's name
+// cache on, for the background purge: it removes what only it touches
+// (trash entries already proven to be deleted volumes), and a lookup per
+// entry would make it twice as slow.
+func (m *Manager) GetForPurge(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
+	return m.get(ctx, e, opts, true)
+}
+
+func (m *Manager) get(ctx context.Context, e export.Export, opts mountopts.Options, purge bool) (*Share, error) {
 	opts = opts.ForShare()
 	key := Key(e, opts)
+	if purge {
+		key += purgeSuffix
+	}
 	m.mu.Lock()
 	en, ok := m.entries[key]
 	if !ok {
@@ -117,18 +135,23 @@ func (m *Manager) Get(ctx context.Context, e export.Export, opts mountopts.Optio
 			return nil, fault.Wrap(fault.Unavailable, err, "share %s", e)
 		}
 	}
-	s, err := m.mount(ctx, e, opts, key)
+	s, err := m.mount(ctx, e, opts, key, purge)
 	if err != nil {
 		return nil, err
 	}
 	en.share = s
-	m.remember(key, e, opts)
+	if !purge {
+		m.remember(key, e, opts)
+	}
 	return s, nil
 }
 
+// purgeSuffix ends the key of a share's purge mount.
+const purgeSuffix = "-purge"
+
 func isDeadline(err error) bool { return fault.KindOf(err) == fault.DeadlineExceeded }
 
-func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Options, key string) (*Share, error) {
+func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Options, key string, purge bool) (*Share, error) {
 	mp := filepath.Join(m.dir, "mounts", key)
 	if err := os.MkdirAll(mp, 0o700); err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "state directory")
@@ -146,7 +169,11 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 	}
 	if cur == nil {
 		mctx, cancel := context.WithTimeout(ctx, m.mountTimeout)
-		err := m.mounter.Mount(mctx, e.String(), mp, opts.WithFreshLookups())
+		mopts := opts.WithFreshLookups()
+		if purge {
+			mopts = opts
+		}
+		err := m.mounter.Mount(mctx, e.String(), mp, mopts)
 		cancel()
 		if err != nil {
 			if isDeadline(err) {
@@ -166,7 +193,7 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 	if err != nil {
 		return nil, fault.Wrap(fault.Unavailable, err, "opening share %s", e)
 	}
-	return &Share{Export: e, Options: opts, Path: mp, root: root, checked: time.Now()}, nil
+	return &Share{Export: e, Options: opts, Path: mp, key: key, root: root, checked: time.Now()}, nil
 }
 
 // known is what the state directory keeps about an export nfsdir mounted,
@@ -219,7 +246,7 @@ func (m *Manager) Known() ([]export.Export, []mountopts.Options) {
 // with a stale handle.
 func (m *Manager) Invalidate(share *Share) {
 	m.mu.Lock()
-	en := m.entries[Key(share.Export, share.Options)]
+	en := m.entries[share.key]
 	m.mu.Unlock()
 	if en == nil {
 		return

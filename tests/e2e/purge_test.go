@@ -130,3 +130,53 @@ func TestPurgeSkipsStuckEntriesAndBacksOff(t *testing.T) {
 	}
 	t.Logf("trash empty %s after the flags were cleared, without a restart", time.Since(start).Round(time.Second))
 }
+
+// TestPurgeOfADeepChainHoldsFewDescriptors (issue 11, finding 2): a tenant
+// leaves a chain of 25,000 nested directories (a file at each level) in its
+// volume. The purge removes it with a bounded number of open descriptors
+// and bounded memory; before, it held one descriptor per level.
+func TestPurgeOfADeepChainHoldsFewDescriptors(t *testing.T) {
+	const depth = 25000
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.2")
+	v := c.Create(t, "pvc-deep-chain", params("onDelete", "delete"), vc)
+	fd, err := unix.Open(onExport("pvc-deep-chain"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < depth; i++ { // on the server's side, one level at a time
+		unix.Mkdirat(fd, "d", 0o755)
+		if f, err := unix.Openat(fd, "f", unix.O_CREAT|unix.O_WRONLY, 0o644); err == nil {
+			unix.Close(f)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		fd = next
+	}
+	unix.Close(fd)
+	baseFDs, baseRSS := lab.OpenFDs("self"), lab.SelfStatus("VmRSS")
+	start := time.Now()
+	c.Delete(t, v)
+	var peakFDs int
+	var peakRSS int64
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		peakFDs = max(peakFDs, lab.OpenFDs("self"))
+		peakRSS = max(peakRSS, lab.SelfStatus("VmRSS"))
+		if ents, _ := os.ReadDir(onExport(".nfsdir/trash")); len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deep chain was not purged within 10 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("purge of a %d-deep chain (%d entries): %s; open descriptors at most %d above the %d before; RSS at most %d KiB above the %d KiB before",
+		depth, 2*depth, time.Since(start).Round(100*time.Millisecond), peakFDs-baseFDs, baseFDs, peakRSS-baseRSS, baseRSS)
+	if peakFDs-baseFDs > 64 {
+		t.Errorf("the purge held %d descriptors; at most 64 expected", peakFDs-baseFDs)
+	}
+}
