@@ -206,6 +206,9 @@ func (a *Area) joinShared(rec *Record) error {
 // whichever of the two made its directory second sees the other's record
 // here and undoes its own (the directory is new and empty).
 func (a *Area) recheckNesting(rec *Record) error {
+	if len(safepath.Parents(rec.SubDir)) == 0 {
+		return nil // at the share root: nothing can lie around it
+	}
 	if d, err := a.volumes.Open("."); err == nil {
 		d.Close()
 	}

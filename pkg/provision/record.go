@@ -149,10 +149,14 @@ func rewriteRecord(volumes *os.Root, key string, r *Record) error {
 		return err
 	}
 	tmp := key + sealSuffix
-	if err := volumes.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return onShare(err, "remove stale %s", path.Join(volumesDir, tmp))
+	err = volumes.Symlink(string(b), tmp)
+	if errors.Is(err, fs.ErrExist) { // left by an interrupted rewrite
+		if err := volumes.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return onShare(err, "remove stale %s", path.Join(volumesDir, tmp))
+		}
+		err = volumes.Symlink(string(b), tmp)
 	}
-	if err := volumes.Symlink(string(b), tmp); err != nil {
+	if err != nil {
 		var le *os.LinkError
 		if errors.As(err, &le) {
 			err = le.Err
