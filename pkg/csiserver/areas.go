@@ -56,9 +56,9 @@ func (s *Controller) area(ctx context.Context, e export.Export, opts mountopts.O
 	if err != nil {
 		return nil, share, err
 	}
+	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
 	// The lock covers the map only: every share needs it, so nothing that
 	// touches a share (closing an Area, listing its trash) runs under it.
-	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
 	s.areasMu.Lock()
 	var stale *openArea
 	if oa := s.areas[share.Path]; oa != nil {

@@ -318,6 +318,23 @@ func TestCrashStatesAreNeverTakenOver(t *testing.T) {
 	}
 }
 
+// holdStep makes the first call that reaches step for subDir (through
+// provision.StepHook, in this process's drivers) wait until release is
+// closed; held is closed when it arrives. Later calls pass. The hook is
+// reset when the test ends.
+func holdStep(t *testing.T, step, subDir string) (held, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var holding atomic.Bool
+	provision.StepHook = func(s, d string) {
+		if s == step && d == subDir && holding.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+	}
+	t.Cleanup(func() { provision.StepHook = func(string, string) {} })
+	return held, release
+}
+
 // TestTwoControllersNeverActOnEachOthersVolumes: two controllers on one
 // share (separate NFS caches: nosharecache), as during a leader change. The
 // first one's DeleteVolume is held at a step (a deposed leader); meanwhile
@@ -331,21 +348,13 @@ func TestTwoControllersNeverActOnEachOthersVolumes(t *testing.T) {
 	vc := lab.RWX("nfsvers=4.2", "nosharecache")
 	first := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
 	second := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
-	defer func() { provision.StepHook = func(string, string) {} }()
 	for i, step := range []string{"delete:move", "delete:record"} {
 		subDir := fmt.Sprintf("team-r/claim-%d", i)
 		p := params("subDir", subDir, "onDelete", "delete")
 		old := first.Create(t, "pvc-leader-change", p, vc)
 		os.WriteFile(onExport(subDir+"/old-data"), []byte("old"), 0o644)
 
-		held, release := make(chan struct{}), make(chan struct{})
-		var holding atomic.Bool
-		provision.StepHook = func(s, d string) {
-			if s == step && d == subDir && holding.CompareAndSwap(false, true) {
-				close(held)
-				<-release
-			}
-		}
+		held, release := holdStep(t, step, subDir)
 		done := make(chan error, 1)
 		go func() {
 			_, err := first.Controller.DeleteVolume(lab.Ctx(t, 2*time.Minute), &csi.DeleteVolumeRequest{VolumeId: old.VolumeId})
@@ -370,7 +379,6 @@ func TestTwoControllersNeverActOnEachOthersVolumes(t *testing.T) {
 		if left, _ := filepath.Glob(onExport(".nfsdir/trash/.*")); len(left) > 0 {
 			t.Errorf("%s: left pending in the trash: %v", step, left)
 		}
-		provision.StepHook = func(string, string) {}
 		second.Delete(t, now)
 		waitTrashEmpty(t)
 		if exists(onExport(subDir)) {
@@ -387,15 +395,7 @@ func TestTwoControllersNeverNestVolumes(t *testing.T) {
 	vc := lab.RWX("nfsvers=4.2", "nosharecache")
 	first := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
 	second := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
-	defer func() { provision.StepHook = func(string, string) {} }()
-	held, release := make(chan struct{}), make(chan struct{})
-	var holding atomic.Bool
-	provision.StepHook = func(s, d string) {
-		if s == "create:dir" && d == "team-n/x" && holding.CompareAndSwap(false, true) {
-			close(held)
-			<-release
-		}
-	}
+	held, release := holdStep(t, "create:dir", "team-n/x")
 	done := make(chan error, 1)
 	go func() {
 		_, err := first.Controller.CreateVolume(lab.Ctx(t, 2*time.Minute), &csi.CreateVolumeRequest{Name: "pvc-inner",
@@ -414,7 +414,6 @@ func TestTwoControllersNeverNestVolumes(t *testing.T) {
 	if exists(onExport(".nfsdir/volumes/" + volumeid.KeyForDir("team-n/x"))) {
 		t.Error("the inner volume's record was left")
 	}
-	provision.StepHook = func(string, string) {}
 	second.Delete(t, outer)
 }
 
