@@ -106,10 +106,10 @@ func (p *Purger) purge(ctx context.Context, sharePath string, a *Area, id, name 
 			return
 		}
 		start := time.Now()
-		err := p.purgeOnce(ctx, a, name)
+		w, err := p.purgeOnce(ctx, a, name)
 		<-p.sem
 		if err == nil {
-			klog.V(2).Infof("purged %s/%s on %s in %s", trashDir, name, sharePath, time.Since(start).Round(time.Millisecond))
+			klog.V(2).Infof("purged %s/%s on %s in %s (%s)", trashDir, name, sharePath, time.Since(start).Round(time.Millisecond), w)
 			return
 		}
 		if ctx.Err() != nil || errors.Is(err, os.ErrClosed) {
@@ -129,13 +129,89 @@ func (p *Purger) purge(ctx context.Context, sharePath string, a *Area, id, name 
 }
 
 // purgeOnce makes one attempt at removing the trash entry name.
-func (p *Purger) purgeOnce(ctx context.Context, a *Area, name string) error {
+func (p *Purger) purgeOnce(ctx context.Context, a *Area, name string) (*walk, error) {
+	w := newWalk(p)
 	trash, err := a.trash.Open(".")
 	if err != nil {
-		return err
+		return w, err
 	}
 	defer trash.Close()
-	return p.removeAt(ctx, int(trash.Fd()), name, name, level{top: -1})
+	return w, w.removeAt(ctx, int(trash.Fd()), "", name, false, level{top: -1})
+}
+
+// walk is one attempt at removing a trash entry. Linux removes the
+// entries of one directory one at a time (unlink and rmdir hold the
+// directory's lock across the NFS call), so a walk gains nothing from
+// concurrent removals in one directory; it removes subdirectories in
+// concurrent branches instead, as many as its widthTuner finds to pay,
+// each removing its own directories one entry at a time.
+type walk struct {
+	p *Purger
+
+	mu       sync.Mutex
+	tune     *widthTuner
+	branches int       // branches running beside the walk's own
+	count    int       // removals in the current sample
+	since    time.Time // start of the current sample
+}
+
+// maxBranches bounds the concurrent branches of one walk, and so its
+// descriptors: each branch holds at most maxPurgeDepth+1. A walk starts
+// with startBranches: a server on the network gains from several calls in
+// flight at once, and one that does not is found out in a few samples.
+const (
+	maxBranches   = 8
+	startBranches = 4
+)
+
+func newWalk(p *Purger) *walk {
+	return &walk{p: p, tune: newWidthTuner(startBranches, maxBranches), since: time.Now()}
+}
+
+// removedOne counts a removal, and times every tuneSample of them for the
+// tuner.
+func (w *walk) removedOne() {
+	w.p.removed.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.count++; w.count >= tuneSample {
+		now := time.Now()
+		w.tune.observe(w.count, now.Sub(w.since))
+		w.count, w.since = 0, now
+	}
+}
+
+// branch reports whether another branch may start now, and counts it.
+func (w *walk) branch() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.branches+1 >= w.tune.next() {
+		return false
+	}
+	w.branches++
+	return true
+}
+
+func (w *walk) unbranch() {
+	w.mu.Lock()
+	w.branches--
+	w.mu.Unlock()
+}
+
+// String says how the walk spread its removals, for the log.
+func (w *walk) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tune.String()
+}
+
+// join is the path of name inside the trash entry, below the directory
+// whose path is parent ("" for the entry itself).
+func join(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "/" + name
 }
 
 // maxPurgeDepth is how many directory levels below a trash entry a purge
@@ -174,9 +250,6 @@ func (p *Purger) Pending() int {
 	return len(p.running)
 }
 
-// removeParallelism bounds concurrent unlinks within one directory.
-const removeParallelism = 8
-
 // errHoldsShare is why a directory holding another share's metadata
 // directory is left in the trash.
 var errHoldsShare = errors.New("it holds another nfsdir share's metadata directory (" + safepath.MetaDir + "): that share's root lies inside this deleted volume, and nfsdir never removes it or anything in it; move that share out of the trash to let the purge finish")
@@ -207,28 +280,32 @@ func isStuck(err error) bool {
 }
 
 // removeAt removes name, a single path component inside the directory open
-// as dirfd, with everything below it; rel is its path inside the trash
-// entry, for messages. It never follows symlinks. The files of a directory
-// are unlinked by up to removeParallelism concurrent calls, keeping several
-// requests in flight to the NFS server; subdirectories are descended one at
-// a time. It checks ctx between batches. Entries that cannot be removed are
+// as dirfd, with everything below it; parent is that directory's path
+// inside the trash entry, for messages. It never follows symlinks. It
+// checks ctx before every removal. Entries that cannot be removed are
 // skipped; the first of them is reported as a *stuckError at the end.
-func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string, at level) error {
+// listedDir says its directory's listing gave it as a directory, so the
+// first attempt skips the unlink.
+func (w *walk) removeAt(ctx context.Context, dirfd int, parent, name string, listedDir bool, at level) error {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if attempt > 100 {
-			return fmt.Errorf("%q keeps changing while it is removed", rel)
+			return fmt.Errorf("%q keeps changing while it is removed", join(parent, name))
 		}
-		uerr := unix.Unlinkat(dirfd, name, 0)
+		var uerr error = unix.EISDIR
+		if !listedDir || attempt > 0 {
+			uerr = unix.Unlinkat(dirfd, name, 0)
+		}
 		if uerr == nil {
-			p.removed.Add(1)
+			w.removedOne()
 			return nil
 		}
 		if errors.Is(uerr, unix.ENOENT) {
 			return nil
 		}
+		rel := join(parent, name)
 		if !errors.Is(uerr, unix.EISDIR) && !errors.Is(uerr, unix.EPERM) {
 			if isStuck(uerr) {
 				return &stuckError{path: rel, err: uerr}
@@ -259,13 +336,13 @@ func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string, at l
 		if at.top < 0 {
 			below.top = fd
 		}
-		if err := p.emptyDir(ctx, fd, rel, below); err != nil {
+		if err := w.emptyDir(ctx, fd, rel, below); err != nil {
 			return err
 		}
 		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
 		switch {
 		case err == nil:
-			p.removed.Add(1)
+			w.removedOne()
 			return nil
 		case errors.Is(err, unix.ENOENT):
 			return nil
@@ -280,9 +357,11 @@ func (p *Purger) removeAt(ctx context.Context, dirfd int, name, rel string, at l
 
 // emptyDir removes everything it can in the directory open as fd and
 // closes fd. It reads the directory in batches to its end, removing as it
-// goes, and starts over while a pass removed anything. Entries that cannot
-// be removed are skipped; the first is returned as a *stuckError.
-func (p *Purger) emptyDir(ctx context.Context, fd int, rel string, at level) error {
+// goes: files one at a time, subdirectories in branches of their own while
+// the walk allows one more, else in turn; it starts over while a pass
+// removed anything and left something. Entries that cannot be removed are skipped; the first
+// is returned as a *stuckError.
+func (w *walk) emptyDir(ctx context.Context, fd int, rel string, at level) error {
 	dir := os.NewFile(uintptr(fd), rel)
 	defer dir.Close()
 	skip := map[string]bool{}
@@ -317,78 +396,96 @@ func (p *Purger) emptyDir(ctx context.Context, fd int, rel string, at level) err
 				}
 				break
 			}
-			var subdirs, files []string
+			var subdirs []string
 			for _, e := range ents {
-				switch {
-				case skip[e.Name()]:
+				switch name := e.Name(); {
+				case skip[name]:
 				case e.IsDir():
-					subdirs = append(subdirs, e.Name())
+					subdirs = append(subdirs, name)
 				default:
-					files = append(files, e.Name())
-				}
-			}
-			failed := p.unlinkAll(ctx, fd, rel, files, at)
-			progress = progress || len(failed) < len(files)
-			for name, err := range failed {
-				if err := note(name, err); err != nil {
-					return err
-				}
-			}
-			for _, d := range subdirs {
-				if at.depth >= maxPurgeDepth {
-					if moved, err := liftUp(fd, d, at.top); err != nil {
-						return fmt.Errorf("move %q up: %w", rel+"/"+d, err)
-					} else if moved {
-						progress = true
-						continue
+					err := w.removeAt(ctx, fd, rel, name, false, at)
+					progress = progress || err == nil
+					if err := note(name, err); err != nil {
+						return err
 					}
 				}
-				err := p.removeAt(ctx, fd, d, rel+"/"+d, at)
+			}
+			moved, errs := w.removeDirs(ctx, fd, rel, subdirs, at)
+			progress = progress || moved
+			for _, d := range subdirs {
+				err, done := errs[d]
+				if !done {
+					continue
+				}
 				progress = progress || err == nil
 				if err := note(d, err); err != nil {
 					return err
 				}
 			}
 		}
-		if !progress {
-			return firstStuck // a pass without progress: done, or stuck
+		// A pass without progress: done, or stuck. Below the entry's
+		// top a pass that skipped nothing removed all it saw: rmdir
+		// tells whether anything came meanwhile, without another
+		// listing. The top keeps listing while it gains entries lifted
+		// up from deep below.
+		if !progress || (len(skip) == 0 && at.depth > 1) {
+			return firstStuck
 		}
 	}
 }
 
-// unlinkAll removes names from the directory open as fd, split into up to
-// removeParallelism contiguous chunks removed concurrently. It returns the
-// names that could not be removed, with their errors.
-func (p *Purger) unlinkAll(ctx context.Context, fd int, rel string, names []string, at level) map[string]error {
-	failed := map[string]error{}
-	var mu sync.Mutex
-	run := func(chunk []string) {
-		for _, n := range chunk {
-			if err := p.removeAt(ctx, fd, n, rel+"/"+n, at); err != nil {
-				mu.Lock()
-				failed[n] = err
-				mu.Unlock()
-				var se *stuckError
-				if !errors.As(err, &se) {
-					return // the server or ctx: the caller stops
-				}
-			}
+// removeDirs removes the subdirectories names of the directory open as fd
+// (at depth at), each in a branch of its own while the walk allows one
+// more, else in turn; below maxPurgeDepth it moves them up instead. It
+// returns whether it moved any, and the result of every removal it made
+// (a nil error for one that succeeded); after an error other than a
+// *stuckError it starts no more.
+func (w *walk) removeDirs(ctx context.Context, fd int, rel string, names []string, at level) (bool, map[string]error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		moved bool
+		errs  = map[string]error{}
+		stop  bool
+	)
+	done := func(name string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs[name] = err
+		var se *stuckError
+		if err != nil && !errors.As(err, &se) {
+			stop = true
 		}
 	}
-	workers := min(removeParallelism, (len(names)+63)/64)
-	if workers <= 1 {
-		run(names)
-		return failed
+	stopped := func() bool { mu.Lock(); defer mu.Unlock(); return stop }
+	for _, d := range names {
+		if stopped() {
+			break
+		}
+		if at.depth >= maxPurgeDepth {
+			ok, err := liftUp(fd, d, at.top)
+			if err != nil {
+				done(d, fmt.Errorf("move %q up: %w", join(rel, d), err))
+				break
+			}
+			if ok {
+				moved = true
+				continue
+			}
+		}
+		if w.branch() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer w.unbranch()
+				done(d, w.removeAt(ctx, fd, rel, d, true, at))
+			}()
+			continue
+		}
+		done(d, w.removeAt(ctx, fd, rel, d, true, at))
 	}
-	var wg sync.WaitGroup
-	per := (len(names) + workers - 1) / workers
-	for w := 0; w < workers; w++ {
-		chunk := names[min(w*per, len(names)):min((w+1)*per, len(names))]
-		wg.Add(1)
-		go func() { defer wg.Done(); run(chunk) }()
-	}
-	wg.Wait()
-	return failed
+	wg.Wait() // fd stays open until every branch below it is done
+	return moved, errs
 }
 
 // liftUp moves the directory name, in the directory open as fd, up to the

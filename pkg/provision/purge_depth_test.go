@@ -40,14 +40,10 @@ func openFDs() int {
 	return len(ents)
 }
 
-// TestPurgeFDsBoundedAtAnyDepth: a 3,000-deep chain is purged with a few
-// descriptors open, not one per level.
-func TestPurgeFDsBoundedAtAnyDepth(t *testing.T) {
-	dir, a := newShare(t)
-	entry := filepath.Join(dir, trashDir, "deep.aaaaaaaa")
-	os.Mkdir(entry, 0o755)
-	chain(t, entry, 3000)
-	base := openFDs()
+// purgeFDs purges the trash of the share at dir with workers and returns
+// the most descriptors open above those open before, and those.
+func purgeFDs(dir string, a *Area, workers int) (extra, base int) {
+	base = openFDs()
 	var peak atomic.Int64
 	stop := make(chan struct{})
 	go func() {
@@ -63,16 +59,48 @@ func TestPurgeFDsBoundedAtAnyDepth(t *testing.T) {
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()
-	p := NewPurger(2)
+	p := NewPurger(workers)
 	p.Kick(context.Background(), dir, a)
 	p.Wait()
 	close(stop)
+	return int(peak.Load()) - base, base
+}
+
+// TestPurgeFDsBoundedAtAnyDepth: a 3,000-deep chain is purged with a few
+// descriptors open, not one per level.
+func TestPurgeFDsBoundedAtAnyDepth(t *testing.T) {
+	dir, a := newShare(t)
+	entry := filepath.Join(dir, trashDir, "deep.aaaaaaaa")
+	os.Mkdir(entry, 0o755)
+	chain(t, entry, 3000)
+	extra, base := purgeFDs(dir, a, 2)
 	if _, err := os.Lstat(entry); err == nil {
 		t.Fatal("the deep entry is still in the trash")
 	}
-	extra := int(peak.Load()) - base
 	t.Logf("descriptors during the purge of a 3,000-deep chain: %d above the %d before", extra, base)
 	if extra > 64 {
+		t.Errorf("the purge held %d descriptors", extra)
+	}
+}
+
+// TestPurgeFDsBoundedWithBranches: side-by-side deep chains, removed in
+// concurrent branches, hold at most maxPurgeDepth+1 descriptors per branch.
+func TestPurgeFDsBoundedWithBranches(t *testing.T) {
+	dir, a := newShare(t)
+	entry := filepath.Join(dir, trashDir, "wide.aaaaaaaa")
+	os.Mkdir(entry, 0o755)
+	for i := 0; i < 2*maxBranches; i++ {
+		sub := filepath.Join(entry, string(rune('a'+i)))
+		os.Mkdir(sub, 0o755)
+		chain(t, sub, 200)
+	}
+	extra, base := purgeFDs(dir, a, 1)
+	if _, err := os.Lstat(entry); err == nil {
+		t.Fatal("the entry is still in the trash")
+	}
+	limit := maxBranches*(maxPurgeDepth+1) + 4
+	t.Logf("descriptors during the purge of %d chains 200 deep: %d above the %d before (limit %d)", 2*maxBranches, extra, base, limit)
+	if extra > limit {
 		t.Errorf("the purge held %d descriptors", extra)
 	}
 }

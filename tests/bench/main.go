@@ -26,6 +26,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/csiserver"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
 var (
@@ -33,6 +34,9 @@ var (
 	files     = flag.Int("files", 100000, "files in the volume that is deleted")
 	publishes = flag.Int("publishes", 20, "NodePublishVolume calls")
 	vers      = flag.String("nfsvers", "4.1", "NFS version")
+	perDir    = flag.Int("per-dir", 100, "files per directory in the volumes that are deleted")
+	farFiles  = flag.Int("far-files", 5000, "files in the volume deleted through a server -far-delay away")
+	farDelay  = flag.Duration("far-delay", time.Millisecond, "one-way delay to the distant server (a proxy in the guest)")
 )
 
 type row struct {
@@ -187,10 +191,18 @@ func main() {
 	add(fmt.Sprintf("CreateVolume ×%d, 16 in flight (as csi-provisioner)", *creates), time.Since(t0), mkdirs, "", true, "")
 
 	// 2. DeleteVolume of a volume holding many files vs rm -rf.
+	waitPurged := func() {
+		for {
+			ents, _ := os.ReadDir(filepath.Join(export, ".nfsdir/trash"))
+			if len(ents) == 0 {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	big := create("pvc-big")
-	fill := func(dir string) {
-		per := 1000
-		for i := 0; i < *files; i++ {
+	fill := func(dir string, n, per int) {
+		for i := 0; i < n; i++ {
 			sub := filepath.Join(dir, fmt.Sprint("d", i/per))
 			if i%per == 0 {
 				os.MkdirAll(sub, 0o755)
@@ -200,21 +212,15 @@ func main() {
 			}
 		}
 	}
-	fill(filepath.Join(export, "pvc-big")) // server side: fast local tmpfs
-	fill(filepath.Join(export, "bare-rm"))
+	fill(filepath.Join(export, "pvc-big"), *files, *perDir) // server side: fast local tmpfs
+	fill(filepath.Join(export, "bare-rm"), *files, *perDir)
 	c0 = nfsCalls()
 	t0 = time.Now()
 	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: big.GetVolumeId()}); err != nil {
 		die(err)
 	}
 	ret := time.Since(t0)
-	for {
-		ents, _ := os.ReadDir(filepath.Join(export, ".nfsdir/trash"))
-		if len(ents) == 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitPurged()
 	purge := time.Since(t0)
 	purgeCalls := nfsCalls() - c0
 	c0 = nfsCalls()
@@ -226,6 +232,48 @@ func main() {
 	add(fmt.Sprintf("DeleteVolume of %d files: call returns", *files), ret, 0, "≤ 1s", false, "")
 	add(fmt.Sprintf("DeleteVolume of %d files: purged", *files), purge, rmrf, "vs rm -rf over NFS", true,
 		perOp(purgeCalls, nfsCalls()-c0, *files))
+
+	// 2b. The same through a proxy that holds every byte -far-delay each
+	// way: a server on the network, where each call waits on the wire.
+	if *farFiles > 0 {
+		proxy, err := lab.NewProxy(*farDelay)
+		if err != nil {
+			die(err)
+		}
+		// NFSv3: a 4.1 client would find it is the same server as the
+		// direct mounts (trunking) and send its calls past the proxy.
+		farFlags := []string{"nfsvers=3", "proto=tcp", "mountproto=tcp", "nolock", fmt.Sprintf("port=%d", proxy.Port)}
+		farBare := filepath.Join(work, "far-bare")
+		os.MkdirAll(farBare, 0o755)
+		if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(farFlags, ","), server+":"+export, farBare).CombinedOutput(); err != nil {
+			die(fmt.Errorf("bare mount through the proxy: %v %s", err, out))
+		}
+		far, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-far", Parameters: params,
+			VolumeCapabilities: []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: farFlags}},
+				AccessMode: vc.AccessMode}}})
+		if err != nil {
+			die(err)
+		}
+		fill(filepath.Join(export, "pvc-far"), *farFiles, *perDir)
+		fill(filepath.Join(export, "far-rm"), *farFiles, *perDir)
+		c0 = nfsCalls()
+		t0 = time.Now()
+		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: far.GetVolume().GetVolumeId()}); err != nil {
+			die(err)
+		}
+		waitPurged()
+		farPurge := time.Since(t0)
+		farCalls := nfsCalls() - c0
+		c0 = nfsCalls()
+		t0 = time.Now()
+		if out, err := exec.Command("rm", "-rf", filepath.Join(farBare, "far-rm")).CombinedOutput(); err != nil {
+			die(fmt.Errorf("rm -rf: %v %s", err, out))
+		}
+		add(fmt.Sprintf("DeleteVolume of %d files, server %s away: purged", *farFiles, *farDelay), farPurge, time.Since(t0),
+			"vs rm -rf over NFS", true, perOp(farCalls, nfsCalls()-c0, *farFiles))
+		exec.Command("umount", farBare).Run()
+		proxy.Close()
+	}
 
 	// 3. NodePublishVolume vs bare mount (medians).
 	v := create("pvc-publish")
@@ -253,6 +301,13 @@ func main() {
 	add(fmt.Sprintf("NodePublishVolume, median of %d", *publishes), median(pub), median(mnt), "≤ 1.2× bare mount", true, "")
 
 	exec.Command("umount", bare).Run()
+	if log, err := os.ReadFile(filepath.Join(work, "nfsdir.log")); err == nil {
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "purged") {
+				fmt.Println("  log:", l)
+			}
+		}
+	}
 	fmt.Println()
 	fmt.Printf("| %-56s | %-12s | %-12s | %-7s | %-24s | %-18s |\n", "operation", "nfsdir", "baseline", "ratio", "target", "NFS calls/op")
 	fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 58), strings.Repeat("-", 14), strings.Repeat("-", 14), strings.Repeat("-", 9), strings.Repeat("-", 26), strings.Repeat("-", 20))

@@ -11,9 +11,12 @@ import (
 // Proxy forwards TCP connections from a port of its own to the lab's NFS
 // server. A share mounted through it (mount option port=Proxy.Port) hangs
 // like a dead server while Paused, and shares mounted directly keep
-// working: one hung share among healthy ones.
+// working: one hung share among healthy ones. With a delay, it holds every
+// byte that long in each direction, as a server further away on the
+// network would (a round trip then takes twice the delay more).
 type Proxy struct {
 	Port   int
+	delay  time.Duration
 	paused atomic.Bool
 	l      net.Listener
 	wg     sync.WaitGroup
@@ -26,15 +29,25 @@ type Proxy struct {
 // ports, as the kernel client's do.
 func StartProxy(t testing.TB) *Proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := NewProxy(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{Port: l.Addr().(*net.TCPAddr).Port, l: l}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// NewProxy starts a proxy to the server's NFS port that holds every byte
+// for delay in each direction; Close stops it.
+func NewProxy(delay time.Duration) (*Proxy, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{Port: l.Addr().(*net.TCPAddr).Port, delay: delay, l: l}
 	p.wg.Add(1)
 	go p.serve()
-	t.Cleanup(p.close)
-	return p
+	return p, nil
 }
 
 // Pause stops passing bytes in both directions; connections stay open.
@@ -59,8 +72,13 @@ func (p *Proxy) serve() {
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		if p.delay > 0 {
+			go p.delayed(c, s)
+			go p.delayed(s, c)
+		} else {
+			go p.pipe(c, s)
+			go p.pipe(s, c)
+		}
 	}
 }
 
@@ -85,7 +103,45 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	}
 }
 
-func (p *Proxy) close() {
+// delayed copies from src to dst, each chunk written p.delay after it was
+// read, in order; reading goes on meanwhile, so calls stay pipelined.
+func (p *Proxy) delayed(dst, src net.Conn) {
+	defer p.wg.Done()
+	type chunk struct {
+		due time.Time
+		b   []byte
+	}
+	q := make(chan chunk, 4096)
+	go func() {
+		defer close(q)
+		buf := make([]byte, 256<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{time.Now().Add(p.delay), append([]byte(nil), buf[:n]...)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer dst.Close()
+	for c := range q {
+		time.Sleep(time.Until(c.due))
+		for p.paused.Load() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			src.Close() // ends the reader
+			for range q {
+			}
+			return
+		}
+	}
+}
+
+// Close stops the proxy and closes its connections.
+func (p *Proxy) Close() {
 	p.Resume()
 	p.l.Close()
 	p.mu.Lock()
