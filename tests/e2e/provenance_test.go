@@ -251,26 +251,72 @@ func TestCrashBetweenDirectoryAndRecord(t *testing.T) {
 	waitTrashEmpty(t)
 }
 
+// adopt runs `nfsdir adopt` on subDir of the lab's export with more
+// arguments, and returns the volume ID it printed (if any) and its output.
+func adopt(t *testing.T, subDir string, args ...string) (id, out string, err error) {
+	t.Helper()
+	bin, lerr := exec.LookPath("nfsdir")
+	if lerr != nil {
+		t.Fatalf("the lab must carry the nfsdir binary (make test-nfs puts it on PATH): %v", lerr)
+	}
+	args = append([]string{"adopt", "--server", lab.Server(), "--share", lab.Export(), "--subdir", subDir,
+		"--mount-options", "nfsvers=4.1", "--state-dir", t.TempDir()}, args...)
+	b, err := exec.Command(bin, args...).CombinedOutput()
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "volume ID: "); ok {
+			id = v
+		}
+	}
+	return id, string(b), err
+}
+
+// TestAdoptNeverTakesALiveVolume: adopt refuses a directory that holds a
+// volume, lies inside one, or is a shared volume's directory; nothing is
+// recorded and the volumes' data stays. (Issue 11 #6: adopting team-b
+// with onDelete delete, then deleting it, trashed the live team-b/db.)
+func TestAdoptNeverTakesALiveVolume(t *testing.T) {
+	c := start(t, nil)
+	check := canaries(t)
+	defer check()
+	db := c.Create(t, "pvc-adopt-db", params("subDir", "adopt-team/db", "onDelete", "delete"), lab.RWX())
+	os.WriteFile(onExport("adopt-team/db/table"), []byte("rows"), 0o644)
+	shared := c.Create(t, "pvc-adopt-shared", params("subDir", "adopt-common", "allowSharedSubDir", "true", "onDelete", "retain"), lab.RWX())
+	os.MkdirAll(onExport("adopt-team/db/inner"), 0o755)
+	before := recordNames(t)
+	for _, sub := range []string{"adopt-team", "adopt-team/db", "adopt-team/db/inner", "adopt-common"} {
+		id, out, err := adopt(t, sub, "--on-delete", "delete")
+		if err == nil || id != "" {
+			t.Errorf("adopt %s: accepted (ID %q)\n%s", sub, id, out)
+			continue
+		}
+		t.Logf("adopt %s refused: %s", sub, strings.TrimSpace(out))
+	}
+	if after := recordNames(t); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Errorf("records changed: before %v, after %v", before, after)
+	}
+	if b, err := os.ReadFile(onExport("adopt-team/db/table")); err != nil || string(b) != "rows" {
+		t.Errorf("the volume's data: %q %v", b, err)
+	}
+	// A plain directory beside them is still adopted.
+	os.MkdirAll(onExport("adopt-team-legacy"), 0o755)
+	if id, out, err := adopt(t, "adopt-team-legacy"); err != nil || id == "" {
+		t.Errorf("adopt of a plain directory: %v\n%s", err, out)
+	} else if err := deleteErr(c, t, id); err != nil {
+		t.Errorf("delete of the adopted directory: %v", err)
+	}
+	c.Delete(t, db)
+	c.Delete(t, shared)
+}
+
 // TestAdoptThenDelete hands a directory nfsdir did not create over with
 // `nfsdir adopt`; the printed ID then deletes (archives) it like a volume.
 func TestAdoptThenDelete(t *testing.T) {
 	c := start(t, nil)
-	bin, err := exec.LookPath("nfsdir")
-	if err != nil {
-		t.Fatalf("the lab must carry the nfsdir binary (make test-nfs puts it on PATH): %v", err)
-	}
 	os.MkdirAll(onExport("legacy-adopt/pvc-9"), 0o755)
 	os.WriteFile(onExport("legacy-adopt/pvc-9/data"), []byte("keep"), 0o644)
-	out, err := exec.Command(bin, "adopt", "--server", lab.Server(), "--share", lab.Export(), "--subdir", "legacy-adopt/pvc-9",
-		"--name", "pvc-9", "--on-delete", "archive", "--mount-options", "nfsvers=4.1", "--state-dir", t.TempDir()).CombinedOutput()
+	id, out, err := adopt(t, "legacy-adopt/pvc-9", "--name", "pvc-9", "--on-delete", "archive")
 	if err != nil {
 		t.Fatalf("nfsdir adopt: %v\n%s", err, out)
-	}
-	var id string
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "volume ID: "); ok {
-			id = v
-		}
 	}
 	if _, err := volumeid.Parse(id); err != nil {
 		t.Fatalf("adopt printed no usable ID: %v\n%s", err, out)
