@@ -17,8 +17,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/sharemount"
-	"github.com/nfsdir/nfsdir/pkg/volumeid"
+	"github.com/nfsdir/nfsdir/pkg/shares"
 )
 
 // adoptArgs are the arguments of `nfsdir adopt`.
@@ -75,38 +74,34 @@ func runAdopt(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--mount-options: %v", err)
 	}
-	registry, err := sharemount.New(a.stateDir, nfsmount.NewSystem(), a.timeout)
+	// The controller's state directory gets the options of the printed ID
+	// (when too long for it); the share is mounted under a directory of
+	// this run's own, so the running controller's mounts are never
+	// disturbed.
+	registry, err := shares.New(shares.Config{StateDir: a.stateDir, MountTimeout: a.timeout}, nfsmount.NewSystem())
 	if err != nil {
 		return err
 	}
-	own, err := sharemount.New(filepath.Join(a.stateDir, "adopt", fmt.Sprint(os.Getpid())), nfsmount.NewSystem(), a.timeout)
+	own, err := shares.New(shares.Config{StateDir: filepath.Join(a.stateDir, "adopt", fmt.Sprint(os.Getpid())), MountTimeout: a.timeout}, nfsmount.NewSystem())
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout+time.Minute)
 	defer cancel()
 	defer own.Close(ctx)
-	share, err := own.Get(ctx, e, opts)
+	var rec *provision.Record
+	var shareOpts mountopts.Options
+	err = own.On(ctx, e, opts, true, func(area *provision.Area, share *shares.Share) (err error) {
+		shareOpts = share.Options
+		rec, err = area.Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity})
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	area, err := provision.OpenArea(share.Root(), true)
+	id, err := registry.VolumeID(e, rec, shareOpts)
 	if err != nil {
 		return err
-	}
-	defer area.Close()
-	rec, err := area.Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity})
-	if err != nil {
-		return err
-	}
-	id, err := volumeid.ForShare(e, rec.Key(), rec.Token, share.Options)
-	if err != nil {
-		return err
-	}
-	if id.OptionsRef != "" {
-		if err := registry.RememberOptions(id.OptionsRef, share.Options); err != nil {
-			return err
-		}
 	}
 	fmt.Fprintf(out, "adopted %s on %s as volume %q (onDelete=%s)\nvolume ID: %s\n\n", rec.SubDir, e, rec.Name, rec.OnDelete, id)
 	fmt.Fprintf(out, `# Bind the data with a PersistentVolume that uses this handle:
@@ -127,6 +122,6 @@ spec:
       server: %q
       share: %q
       subDir: %q
-`, rec.Name, max(a.capacity, 1), strings.Join(share.Options, ", "), a.driver, id.String(), e.Server, e.Share, rec.SubDir)
+`, rec.Name, max(a.capacity, 1), strings.Join(shareOpts, ", "), a.driver, id.String(), e.Server, e.Share, rec.SubDir)
 	return nil
 }

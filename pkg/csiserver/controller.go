@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"strings"
-	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -18,7 +17,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/sharemount"
+	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -26,15 +25,10 @@ import (
 // kept share mounts. There is no attach stage.
 type Controller struct {
 	csi.UnimplementedControllerServer
-	shares          *sharemount.Manager
-	purger          *provision.Purger
-	bg              context.Context // ends at shutdown; for background purges
+	shares          *shares.Set
 	defaultOnDelete params.OnDelete
 	defaultMode     uint32
 	locks           keylock.Set
-
-	areasMu sync.Mutex
-	areas   map[string]*openArea // by share mount point
 }
 
 var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
@@ -94,7 +88,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	var id volumeid.ID
 	err = s.bounded(ctx, req.GetName(), func() error {
 		var shareOpts mountopts.Options
-		err := s.onArea(ctx, cp.Export, opts, true, func(a *provision.Area, share *sharemount.Share) (err error) {
+		err := s.shares.On(ctx, cp.Export, opts, true, func(a *provision.Area, share *shares.Share) (err error) {
 			shareOpts = share.Options
 			rec, err = a.Create(ctx, preq)
 			return err
@@ -102,13 +96,8 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		if err != nil {
 			return err
 		}
-		if id, err = volumeid.ForShare(cp.Export, rec.Key(), rec.Token, shareOpts); err != nil {
-			return fault.New(fault.InvalidArgument, "%v", err)
-		}
-		if id.OptionsRef != "" {
-			return s.shares.RememberOptions(id.OptionsRef, shareOpts)
-		}
-		return nil
+		id, err = s.shares.VolumeID(cp.Export, rec, shareOpts)
+		return err
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -147,11 +136,11 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	err = s.bounded(ctx, raw, func() error {
-		return s.onVolumeArea(ctx, id, func(a *provision.Area, share *sharemount.Share) error {
+		return s.shares.OnVolume(ctx, id, func(a *provision.Area, share *shares.Share) error {
 			if err := a.Delete(ctx, id); err != nil {
 				return err
 			}
-			s.kick(share)
+			s.shares.Purge(share)
 			return nil
 		})
 	})
@@ -170,7 +159,7 @@ func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Le
 		dir = "."
 	}
 	// The share root only: no metadata area is created on a foreign share.
-	share, err := s.shares.Get(ctx, l.Export, nil)
+	share, err := s.shares.Mount(ctx, l.Export, nil)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -216,7 +205,7 @@ func (s *Controller) exists(ctx context.Context, raw string) error {
 		if lerr != nil {
 			return fault.New(fault.NotFound, "volume %q does not exist: %v", raw, err)
 		}
-		share, err := s.shares.Get(ctx, l.Export, nil)
+		share, err := s.shares.Mount(ctx, l.Export, nil)
 		if err != nil {
 			return err
 		}
@@ -230,7 +219,7 @@ func (s *Controller) exists(ctx context.Context, raw string) error {
 		return nil
 	}
 	var rec *provision.Record
-	err = s.onVolumeArea(ctx, id, func(a *provision.Area, _ *sharemount.Share) (err error) {
+	err = s.shares.OnVolume(ctx, id, func(a *provision.Area, _ *shares.Share) (err error) {
 		rec, err = a.Lookup(id)
 		return err
 	})
@@ -266,7 +255,7 @@ func (s *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	}
 	var available int64
 	err = s.bounded(ctx, "capacity of "+e.String(), func() error {
-		sh, err := s.shares.Get(ctx, e, opts)
+		sh, err := s.shares.Mount(ctx, e, opts)
 		if err != nil {
 			return err
 		}

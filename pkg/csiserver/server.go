@@ -25,8 +25,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
-	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/sharemount"
+	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 )
 
@@ -45,19 +44,15 @@ const (
 type Driver struct {
 	cfg        config.Config
 	server     *grpc.Server
-	shares     *sharemount.Manager // nil without the controller service
+	shares     *shares.Set // nil without the controller service
 	controller *Controller
-	purger     *provision.Purger
 	metrics    *metrics.Metrics
-	cancel     context.CancelFunc
 	serving    atomic.Bool
 }
 
 // New builds the driver for cfg, using m for all mounts. cfg must be valid.
 func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	d := &Driver{cfg: cfg, metrics: metrics.New()}
-	bg, cancel := context.WithCancel(context.Background())
-	d.cancel = cancel
 	d.server = grpc.NewServer(grpc.UnaryInterceptor(d.observe))
 	if mp, ok := m.(interface{ MountsInProgress() int64 }); ok {
 		d.metrics.Gauge("nfsdir_mounts_in_progress", "mount(8) processes running.", func() float64 { return float64(mp.MountsInProgress()) })
@@ -65,18 +60,16 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
-		d.purger = provision.NewPurger(cfg.PurgeWorkers)
-		shares, err := sharemount.New(cfg.StateDir, m, cfg.MountTimeout)
+		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers}, m)
 		if err != nil {
-			cancel()
 			return nil, err
 		}
-		d.shares = shares
-		d.metrics.Gauge("nfsdir_share_mounts_kept", "Share mounts the controller keeps.", func() float64 { return float64(shares.Count()) })
-		d.metrics.Gauge("nfsdir_purge_queue_length", "Deleted volumes being purged or waiting to be.", func() float64 { return float64(d.purger.Pending()) })
-		d.metrics.Gauge("nfsdir_purge_stuck", "Deleted volumes whose last purge attempt left entries it cannot remove (see the log for their paths); retried with back-off.", func() float64 { return float64(d.purger.Stuck()) })
-		d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(d.purger.Removed()) })
-		d.controller = &Controller{shares: shares, purger: d.purger, bg: bg,
+		d.shares = set
+		d.metrics.Gauge("nfsdir_share_mounts_kept", "Share mounts the controller keeps.", func() float64 { return float64(set.Stats().Mounts) })
+		d.metrics.Gauge("nfsdir_purge_queue_length", "Deleted volumes being purged or waiting to be.", func() float64 { return float64(set.Stats().PurgesPending) })
+		d.metrics.Gauge("nfsdir_purge_stuck", "Deleted volumes whose last purge attempt left entries it cannot remove (see the log for their paths); retried with back-off.", func() float64 { return float64(set.Stats().PurgesStuck) })
+		d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(set.Stats().PurgedEntries) })
+		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
 		csi.RegisterControllerServer(d.server, d.controller)
 	}
@@ -147,8 +140,8 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- d.server.Serve(l) }()
 	d.serving.Store(true)
-	if d.controller != nil {
-		go d.controller.resume()
+	if d.shares != nil {
+		go d.shares.Resume()
 	}
 	klog.Infof("%s %s serving %s services on %s", d.cfg.DriverName, d.cfg.Version, d.cfg.Mode, l.Addr())
 	var err error
@@ -172,16 +165,16 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 // be stopped; it is left behind (the process exits) and resumes at the
 // next start.
 func (d *Driver) release(stopBy time.Time) {
-	d.cancel() // stops background purges between batches
-	if d.purger != nil && !waitUntil(stopBy.Add(-unmountReserve), d.purger.Wait) {
+	if d.shares == nil {
+		return
+	}
+	// Purges stop between removals; one blocked in the kernel is left.
+	if !waitUntil(stopBy.Add(-unmountReserve), d.shares.StopPurges) {
 		klog.Warning("background purges still blocked; leaving them")
 	}
-	if d.shares != nil {
-		d.controller.closeAreas()
-		uctx, cancel := context.WithDeadline(context.Background(), stopBy)
-		d.shares.Close(uctx)
-		cancel()
-	}
+	uctx, cancel := context.WithDeadline(context.Background(), stopBy)
+	d.shares.Close(uctx)
+	cancel()
 }
 
 // waitUntil runs fn and waits for it until deadline; it reports whether fn

@@ -60,3 +60,29 @@ func TestOnlyCSIServerImportsGRPC(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesHaveOneOwner: the controller's life with a share (its kept
+// mounts, Areas, purges, stale-handle retry, options registry, volume IDs)
+// has one owner, pkg/shares; the gRPC layer and `nfsdir adopt` go through
+// it, never around it to pkg/sharemount or a Purger of their own.
+func TestSharesHaveOneOwner(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if imp == module+"/pkg/sharemount" && f[0] != module+"/pkg/shares" {
+				t.Errorf("%s imports pkg/sharemount; only pkg/shares may", f[0])
+			}
+		}
+	}
+	grep := exec.Command("grep", "-rln", "--include=*.go", "--exclude=*_test.go", "NewPurger(", "../../pkg", "../../cmd")
+	b, _ := grep.Output()
+	for _, f := range strings.Fields(string(b)) {
+		if !strings.HasSuffix(f, "pkg/shares/shares.go") && !strings.HasSuffix(f, "pkg/provision/purge.go") {
+			t.Errorf("%s makes a Purger; only pkg/shares may", f)
+		}
+	}
+}

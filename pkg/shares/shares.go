@@ -1,0 +1,306 @@
+// Package shares owns the controller's life with each NFS share: the
+// mounts it keeps of it (pkg/sharemount), the provisioning Area open on
+// each mount and the Area its purges run on (pkg/provision), the retry
+// after a stale file handle, the resumption of purges after a restart, the
+// registry of mount options too long for a volume ID, and the building of
+// volume IDs. The gRPC layer (pkg/csiserver) and `nfsdir adopt` both reach
+// shares through it, so each of these has one owner.
+package shares
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/sharemount"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// Share is one kept mount of a share.
+type Share = sharemount.Share
+
+// Set is every share a controller (or one `nfsdir adopt` run) works on.
+type Set struct {
+	mounts *sharemount.Manager
+	purger *provision.Purger // nil: no purges (adopt)
+	bg     context.Context   // ends when purges stop
+	stop   context.CancelFunc
+
+	// mu covers the map only: every share needs it, so nothing that
+	// touches a share (opening or closing an Area, listing its trash)
+	// runs under it.
+	mu    sync.Mutex
+	areas map[string]*openArea // by share mount point
+}
+
+// Config says where a Set keeps its mounts and how it works.
+type Config struct {
+	// StateDir holds the share mounts, the exports mounted so far (to
+	// resume their purges) and the options registry.
+	StateDir string
+	// MountTimeout bounds every mount of a share.
+	MountTimeout time.Duration
+	// PurgeWorkers is how many deleted volumes are purged at once; 0
+	// purges nothing (a Set that only creates or adopts).
+	PurgeWorkers int
+}
+
+// New returns the Set for cfg, mounting through m.
+func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
+	mounts, err := sharemount.New(cfg.StateDir, m, cfg.MountTimeout)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{mounts: mounts}
+	s.bg, s.stop = context.WithCancel(context.Background())
+	if cfg.PurgeWorkers > 0 {
+		s.purger = provision.NewPurger(cfg.PurgeWorkers)
+	}
+	return s, nil
+}
+
+// openArea is the provisioning Area of one mount of a share, and the Area
+// its purges run on: the share's second mount, with the client's name
+// cache on (sharemount.GetForPurge), or the same Area when that mount
+// could not be had.
+type openArea struct {
+	share *Share
+	area  *provision.Area
+	purge *provision.Area
+}
+
+func (oa *openArea) close() {
+	oa.area.Close()
+	if oa.purge != oa.area {
+		oa.purge.Close()
+	}
+}
+
+// On runs fn on the Area of the share (e, opts), mounting the share and
+// opening its Area (and resuming its purges) when needed. Without create,
+// a share with no metadata area gives provision.ErrNoArea and is left
+// untouched. When fn fails with a stale handle (the server restarted or
+// re-exported), it drops the cached Area, has the share's health checked,
+// which mounts it again if the mount itself is stale, and runs fn once
+// more.
+func (s *Set) On(ctx context.Context, e export.Export, opts mountopts.Options, create bool, fn func(*provision.Area, *Share) error) error {
+	for attempt := 0; ; attempt++ {
+		a, share, err := s.area(ctx, e, opts, create)
+		if err == nil {
+			err = fn(a, share)
+		}
+		if err == nil || !provision.IsStale(err) || attempt > 0 {
+			return err
+		}
+		klog.Warningf("share %s: %v; checking the mount and retrying", e, err)
+		if share != nil {
+			s.forget(share)
+			s.mounts.Invalidate(share)
+		}
+	}
+}
+
+// OnVolume runs fn, as On, on the Area of the share a volume ID names,
+// mounted with the options the ID carries or refers to. Options referred
+// to by digest that the state directory does not hold (a new pod, another
+// replica) are replaced by the ID's own subset of options needed to reach
+// the share, or by the defaults for an ID without one: the volume's record
+// and directory are on the share whatever tuning the mount had.
+func (s *Set) OnVolume(ctx context.Context, id volumeid.ID, fn func(*provision.Area, *Share) error) error {
+	opts, err := mountopts.Parse(id.Options)
+	if err != nil {
+		return fault.Wrap(fault.InvalidArgument, err, "volume ID %q carries mount options nfsdir would never have written", id.String())
+	}
+	if id.OptionsRef != "" {
+		full, err := s.mounts.LookupOptions(id.OptionsRef)
+		if err == nil {
+			opts = full
+		} else {
+			klog.V(2).Infof("volume %s: %v; reaching the share with %q", id, err, opts.String())
+		}
+	}
+	return s.On(ctx, id.Export, opts, false, fn)
+}
+
+// VolumeID returns the ID of the volume recorded as rec on the share e
+// mounted with opts, and keeps options too long for the ID in the
+// registry.
+func (s *Set) VolumeID(e export.Export, rec *provision.Record, opts mountopts.Options) (volumeid.ID, error) {
+	id, err := volumeid.ForShare(e, rec.Key(), rec.Token, opts)
+	if err != nil {
+		return id, fault.New(fault.InvalidArgument, "%v", err)
+	}
+	if id.OptionsRef != "" {
+		if err := s.mounts.RememberOptions(id.OptionsRef, opts); err != nil {
+			return id, err
+		}
+	}
+	return id, nil
+}
+
+// Mount returns the kept mount of the share (e, opts) without opening its
+// metadata area: for shares nfsdir only reads (csi-driver-nfs volumes,
+// capacity).
+func (s *Set) Mount(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
+	return s.mounts.Get(ctx, e, opts)
+}
+
+// Usage returns the space and inodes of the file system a share is on.
+func (s *Set) Usage(ctx context.Context, share *Share) (nfsmount.Usage, error) {
+	return s.mounts.Usage(ctx, share)
+}
+
+// Purge starts the purges of share's trash that are not running yet.
+func (s *Set) Purge(share *Share) {
+	s.mu.Lock()
+	oa := s.areas[share.Path]
+	s.mu.Unlock()
+	if oa != nil && oa.share == share {
+		s.kick(share, oa.purge)
+	}
+}
+
+func (s *Set) kick(share *Share, a *provision.Area) {
+	if s.purger != nil {
+		s.purger.Kick(s.bg, share.Path, a)
+	}
+}
+
+// Resume mounts every export the state directory has mounted before and
+// resumes its purges; run at start-up.
+func (s *Set) Resume() {
+	exps, opts := s.mounts.Known()
+	for i, e := range exps {
+		ctx, cancel := context.WithTimeout(s.bg, 2*time.Minute)
+		if _, _, err := s.area(ctx, e, opts[i], false); err != nil && !errors.Is(err, provision.ErrNoArea) {
+			klog.Warningf("resuming work on %s: %v", e, err)
+		}
+		cancel()
+	}
+}
+
+// area returns the mounted share and its provisioning Area, opening the
+// Area (and resuming the share's purges) when the share was (re)mounted.
+func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options, create bool) (*provision.Area, *Share, error) {
+	share, err := s.mounts.Get(ctx, e, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	if oa := s.areas[share.Path]; oa != nil && oa.share == share {
+		s.mu.Unlock()
+		return oa.area, share, nil
+	}
+	s.mu.Unlock()
+	// Open without holding the lock: this touches the share, which may hang.
+	a, err := provision.OpenArea(share.Root(), create)
+	if err != nil {
+		return nil, share, err
+	}
+	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
+	s.mu.Lock()
+	var stale *openArea
+	if oa := s.areas[share.Path]; oa != nil {
+		if oa.share == share { // another call opened it meanwhile
+			s.mu.Unlock()
+			opened.close()
+			return oa.area, share, nil
+		}
+		stale = oa // from an earlier mount of the share
+	}
+	if s.areas == nil {
+		s.areas = map[string]*openArea{}
+	}
+	s.areas[share.Path] = opened
+	s.mu.Unlock()
+	if stale != nil {
+		stale.close()
+	}
+	s.kick(share, opened.purge) // resume purges left by a restart
+	return a, share, nil
+}
+
+// purgeArea opens the share's Area on the share's purge mount; without
+// one, purges run through main (correct, only slower). A Set that purges
+// nothing needs no such mount.
+func (s *Set) purgeArea(ctx context.Context, e export.Export, opts mountopts.Options, main *provision.Area) *provision.Area {
+	if s.purger == nil {
+		return main
+	}
+	ps, err := s.mounts.GetForPurge(ctx, e, opts)
+	if err == nil {
+		var pa *provision.Area
+		if pa, err = provision.OpenArea(ps.Root(), false); err == nil {
+			return pa
+		}
+	}
+	klog.Warningf("share %s: no mount of its own for purges (%v); purging through the main mount", e, err)
+	return main
+}
+
+// forget drops the cached Area of share.
+func (s *Set) forget(share *Share) {
+	s.mu.Lock()
+	oa := s.areas[share.Path]
+	if oa != nil && oa.share == share {
+		delete(s.areas, share.Path)
+	} else {
+		oa = nil
+	}
+	s.mu.Unlock()
+	if oa != nil {
+		oa.close()
+	}
+}
+
+// StopPurges stops the background purges and waits for them; a purge
+// blocked in the kernel on a dead server holds it until the server
+// answers, so callers bound the wait.
+func (s *Set) StopPurges() {
+	s.stop()
+	if s.purger != nil {
+		s.purger.Wait()
+	}
+}
+
+// Close closes every Area and releases the share mounts, giving up on
+// those still busy when ctx ends. Call it after StopPurges.
+func (s *Set) Close(ctx context.Context) {
+	s.stop()
+	s.mu.Lock()
+	areas := s.areas
+	s.areas = nil
+	s.mu.Unlock()
+	for _, oa := range areas {
+		oa.close()
+	}
+	s.mounts.Close(ctx)
+}
+
+// Usable reports whether the state directory can be written.
+func (s *Set) Usable() error { return s.mounts.Usable() }
+
+// Stats are the figures the metrics export.
+type Stats struct {
+	Mounts        int   // share mounts kept (two per share: calls and purges)
+	PurgesPending int   // deleted volumes being purged or waiting to be
+	PurgesStuck   int   // deleted volumes whose last purge attempt left entries
+	PurgedEntries int64 // files and directories removed by purges
+}
+
+// Stats returns the Set's current figures.
+func (s *Set) Stats() Stats {
+	st := Stats{Mounts: s.mounts.Count()}
+	if s.purger != nil {
+		st.PurgesPending, st.PurgesStuck, st.PurgedEntries = s.purger.Pending(), s.purger.Stuck(), s.purger.Removed()
+	}
+	return st
+}
