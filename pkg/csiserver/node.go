@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -300,7 +301,10 @@ func (s *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 
 // NodeGetVolumeHealth reports a published volume as INACCESSIBLE, with the
 // reason, when its mount is stale or its server does not answer. Without a
-// publish path it checks the targets this process published the volume on.
+// publish path it checks every target the volume is published on: those
+// this process published, and those kubelet records for it (so a restarted
+// plugin knows them too); each is checked against the mount table and
+// probed at call time.
 func (s *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, invalid("volume ID is required")
@@ -308,6 +312,9 @@ func (s *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 	paths := []string{req.GetVolumePublishPath()}
 	if paths[0] == "" {
 		paths = s.targetsOf(req.GetVolumeId())
+		paths = append(paths, targetdir.Published(s.targets, req.GetVolumeId())...)
+		slices.Sort(paths)
+		paths = slices.Compact(paths)
 	}
 	health := &csi.VolumeHealth{VolumeId: req.GetVolumeId()}
 	seen := map[string]bool{}

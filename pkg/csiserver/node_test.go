@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -358,5 +360,44 @@ func TestGarbageOptionsInIDAreInvalidArgument(t *testing.T) {
 	_, err = ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id.String()})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("DeleteVolume of an ID with garbage options = %v, want InvalidArgument", err)
+	}
+}
+
+// TestHealthAfterRestartReadsKubeletsTargets: without a publish path,
+// NodeGetVolumeHealth of a restarted plugin (nothing in memory) finds the
+// volume's targets from kubelet's vol_data.json and the mount table, and
+// reports a dead one; before, it answered healthy (issue 17 #11).
+func TestHealthAfterRestartReadsKubeletsTargets(t *testing.T) {
+	kubelet := t.TempDir()
+	conn, m, _ := startFakeWith(t, func(c *config.Config) { c.PublishRoot, c.KubeletDir = "", kubelet })
+	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	v := createFake(t, ctl, "pvc-h", nil)
+	other := createFake(t, ctl, "pvc-o", nil)
+	publish := func(pod string, v *csi.Volume) string {
+		dir := filepath.Join(kubelet, "pods", pod, "volumes/kubernetes.io~csi", v.VolumeContext["subDir"])
+		os.MkdirAll(dir, 0o750)
+		os.WriteFile(filepath.Join(dir, "vol_data.json"), []byte(`{"driverName":"nfsdir.csi.io","volumeHandle":`+strconv.Quote(v.VolumeId)+`}`), 0o644)
+		target := filepath.Join(dir, "mount")
+		if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.VolumeId, TargetPath: target,
+			VolumeCapability: rwx, VolumeContext: v.VolumeContext}); err != nil {
+			t.Fatal(err)
+		}
+		return target
+	}
+	publish("pod-1", v)
+	publish("pod-2", other)
+	// The volume's directory goes away on the server: its mount is dead.
+	os.RemoveAll(filepath.Join(m.ExportDir("nfs.example", "/export"), v.VolumeContext["subDir"]))
+	restarted := &Node{nodeID: "n", mounter: m, mountTimeout: time.Minute, targets: targetpath.Rule{KubeletDir: kubelet}}
+	r, err := restarted.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: v.VolumeId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := r.GetVolumeHealth().GetHealthStatuses(); len(st) != 1 || st[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE {
+		t.Errorf("health of a dead volume after a restart: %v", st)
+	}
+	r, err = restarted.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: other.VolumeId})
+	if err != nil || len(r.GetVolumeHealth().GetHealthStatuses()) != 0 {
+		t.Errorf("health of a live volume after a restart: %v %v", r, err)
 	}
 }

@@ -9,6 +9,9 @@ package targetdir
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -131,4 +134,56 @@ func kind(mode uint32) string {
 		return "a directory"
 	}
 	return fmt.Sprintf("a file of type %#o", mode&unix.S_IFMT)
+}
+
+// Published returns the targets, in the kubelet layout of r, whose
+// kubelet vol_data.json names volumeID: where kubelet has the volume
+// published, known even to a plugin that restarted since. Each volume
+// directory is reached as a target's parent is (no symlink, never leaving
+// the kubelet directory), and only its vol_data.json is read: a regular
+// file, at most targetpath.MaxVolData bytes. Whether anything is mounted
+// at a target is the caller's to check. A Root rule has no such layout.
+func Published(r targetpath.Rule, volumeID string) []string {
+	pattern := r.VolumeDirGlob()
+	if pattern == "" {
+		return nil
+	}
+	dirs, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, dir := range dirs {
+		t, err := r.Check(filepath.Join(dir, "mount"))
+		if err != nil {
+			continue
+		}
+		if h, err := volumeHandle(t); err == nil && h == volumeID {
+			out = append(out, t.Path())
+		}
+	}
+	return out
+}
+
+// volumeHandle reads the volume ID from the vol_data.json beside t.
+func volumeHandle(t targetpath.Target) (string, error) {
+	pfd, err := openParent(t)
+	if err != nil {
+		return "", err
+	}
+	fd, err := unix.Openat(pfd, targetpath.VolDataFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	unix.Close(pfd)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(fd), targetpath.VolDataFile)
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", targetpath.VolDataFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, targetpath.MaxVolData))
+	if err != nil {
+		return "", err
+	}
+	return targetpath.VolumeHandle(b)
 }

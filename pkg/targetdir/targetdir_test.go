@@ -3,6 +3,7 @@ package targetdir
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
@@ -97,5 +98,34 @@ func TestSymlinksAreNeverFollowed(t *testing.T) {
 	}
 	if _, err := os.Lstat(elsewhere); err != nil {
 		t.Errorf("symlink destination gone: %v", err)
+	}
+}
+
+// TestPublishedReadsOnlyKubeletsFiles: only a regular vol_data.json in a
+// real kubelet volume directory counts; a FIFO (which would block a
+// reader), a symlinked file or directory, and other volumes do not.
+func TestPublishedReadsOnlyKubeletsFiles(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	vol := func(pod, name string) string {
+		d := filepath.Join(root, "pods", pod, "volumes/kubernetes.io~csi", name)
+		os.MkdirAll(d, 0o750)
+		return d
+	}
+	data := []byte(`{"volumeHandle":"vol-1"}`)
+	os.WriteFile(filepath.Join(vol("p1", "a"), "vol_data.json"), data, 0o644)
+	os.WriteFile(filepath.Join(vol("p2", "b"), "vol_data.json"), []byte(`{"volumeHandle":"vol-2"}`), 0o644)
+	syscall.Mkfifo(filepath.Join(vol("p3", "c"), "vol_data.json"), 0o644)
+	os.WriteFile(filepath.Join(outside, "vol_data.json"), data, 0o644)
+	os.Symlink(filepath.Join(outside, "vol_data.json"), filepath.Join(vol("p4", "d"), "vol_data.json"))
+	os.MkdirAll(filepath.Join(root, "pods/p5/volumes/kubernetes.io~csi"), 0o750)
+	os.Symlink(outside, filepath.Join(root, "pods/p5/volumes/kubernetes.io~csi/e"))
+	got := Published(targetpath.Rule{KubeletDir: root}, "vol-1")
+	want := []string{filepath.Join(root, "pods/p1/volumes/kubernetes.io~csi/a/mount")}
+	if len(got) != 1 || got[0] != want[0] {
+		t.Errorf("Published = %v, want %v", got, want)
+	}
+	if got := Published(targetpath.Rule{Root: root}, "vol-1"); got != nil {
+		t.Errorf("a Root rule has no kubelet layout, got %v", got)
 	}
 }

@@ -8,6 +8,7 @@
 package targetpath
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
@@ -78,4 +79,42 @@ func (r Rule) Check(p string) (Target, error) {
 		}
 	}
 	return Target{Base: path.Clean(base), Parent: strings.Join(segs[:len(segs)-1], "/"), Leaf: segs[len(segs)-1]}, nil
+}
+
+// VolumeDirGlob returns a filepath.Glob pattern matching kubelet's CSI
+// volume directories (each holds the target "mount" and kubelet's
+// vol_data.json), or "" for a Root rule, which has no such layout.
+func (r Rule) VolumeDirGlob() string {
+	if r.KubeletDir == "" || !path.IsAbs(r.KubeletDir) {
+		return ""
+	}
+	var b strings.Builder
+	for _, c := range path.Clean(r.KubeletDir) {
+		if strings.ContainsRune(`*?[\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String() + "/" + strings.Join(kubeletForm[:len(kubeletForm)-1], "/")
+}
+
+// VolDataFile is the file kubelet writes next to each CSI target.
+const VolDataFile = "vol_data.json"
+
+// MaxVolData bounds how much of a vol_data.json is read.
+const MaxVolData = 64 << 10
+
+// VolumeHandle returns the volume ID kubelet recorded in the contents of a
+// vol_data.json.
+func VolumeHandle(volData []byte) (string, error) {
+	var d struct {
+		VolumeHandle string `json:"volumeHandle"`
+	}
+	if err := json.Unmarshal(volData, &d); err != nil {
+		return "", fmt.Errorf("%s: %w", VolDataFile, err)
+	}
+	if d.VolumeHandle == "" {
+		return "", fmt.Errorf("%s names no volumeHandle", VolDataFile)
+	}
+	return d.VolumeHandle, nil
 }

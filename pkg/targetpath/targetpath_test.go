@@ -84,3 +84,36 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+func TestVolumeDirGlob(t *testing.T) {
+	for _, c := range []struct {
+		r    Rule
+		want string
+	}{
+		{Rule{KubeletDir: "/var/lib/kubelet/"}, "/var/lib/kubelet/pods/*/volumes/kubernetes.io~csi/*"},
+		{Rule{KubeletDir: "/data/k[1]*"}, `/data/k\[1]\*/pods/*/volumes/kubernetes.io~csi/*`},
+		{Rule{Root: "/tmp"}, ""},
+		{Rule{KubeletDir: "relative"}, ""},
+	} {
+		if got := c.r.VolumeDirGlob(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
+		}
+		if c.want != "" {
+			if ok, err := path.Match(c.want, path.Clean(c.r.KubeletDir)+"/pods/u/volumes/kubernetes.io~csi/pv"); !ok || err != nil {
+				t.Errorf("%q does not match a volume directory: %v", c.want, err)
+			}
+		}
+	}
+}
+
+func TestVolumeHandle(t *testing.T) {
+	got, err := VolumeHandle([]byte(`{"attachmentID":"","driverName":"nfsdir.csi.io","nodeName":"n","specVolID":"pvc-1","volumeHandle":"n1|a|/x|k.t|","volumeLifecycleMode":"Persistent"}`))
+	if err != nil || got != "n1|a|/x|k.t|" {
+		t.Errorf("VolumeHandle = %q, %v", got, err)
+	}
+	for _, bad := range []string{"", "{}", `{"volumeHandle":7}`, "not json"} {
+		if h, err := VolumeHandle([]byte(bad)); err == nil {
+			t.Errorf("VolumeHandle(%q) = %q, want an error", bad, h)
+		}
+	}
+}
