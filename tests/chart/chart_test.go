@@ -389,8 +389,8 @@ func TestTwoReleasesSideBySide(t *testing.T) {
 		probe := container(t, r.daemonSets[0].Spec.Template.Spec, "liveness-probe")
 		var health, metricsArg bool
 		for _, p := range node.Ports {
-			health = health || (p.Name == "healthz" && contains(probe.Args, fmt.Sprintf("--http-endpoint=:%d", p.ContainerPort)))
-			metricsArg = metricsArg || (p.Name == "metrics" && contains(node.Args, fmt.Sprintf("--metrics-address=:%d", p.ContainerPort)))
+			health = health || (p.Name == "healthz" && contains(probe.Args, fmt.Sprintf("--http-endpoint=[$(POD_IP)]:%d", p.ContainerPort)))
+			metricsArg = metricsArg || (p.Name == "metrics" && contains(node.Args, fmt.Sprintf("--metrics-address=[$(POD_IP)]:%d", p.ContainerPort)))
 		}
 		if !health || !metricsArg {
 			t.Errorf("node ports do not match the args: %+v %v %v", node.Ports, node.Args, probe.Args)
@@ -408,5 +408,40 @@ func TestObjectNames(t *testing.T) {
 				t.Errorf("release %s: no %s among %v", release, n, r.names)
 			}
 		}
+	}
+}
+
+// TestNodeHTTPBindsToThePodIP: by default the node pods (host network)
+// serve /metrics and /healthz on the pod's IP only, with POD_IP from the
+// downward API in each container that uses it (issue 17 #7); httpBind=all
+// binds every address and needs no POD_IP.
+func TestNodeHTTPBindsToThePodIP(t *testing.T) {
+	for _, c := range []struct {
+		set  []string
+		host string
+	}{{nil, "[$(POD_IP)]"}, {[]string{"node.httpBind=all"}, ""}} {
+		spec := render(t, "nfsdir", c.set).daemonSets[0].Spec.Template.Spec
+		for name, arg := range map[string]string{"nfsdir": "--metrics-address=", "liveness-probe": "--http-endpoint="} {
+			ct := container(t, spec, name)
+			var addr string
+			for _, a := range ct.Args {
+				if v, ok := strings.CutPrefix(a, arg); ok {
+					addr = v
+				}
+			}
+			if !strings.HasPrefix(addr, c.host+":") {
+				t.Errorf("%v: %s listens on %q, want host %q", c.set, name, addr, c.host)
+			}
+			podIP := false
+			for _, e := range ct.Env {
+				podIP = podIP || (e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP")
+			}
+			if podIP != (c.host != "") {
+				t.Errorf("%v: %s has POD_IP from status.podIP: %v", c.set, name, podIP)
+			}
+		}
+	}
+	if out, err := exec.Command(helm(t), "template", "x", chartDir, "--set", "node.httpBind=localhost").CombinedOutput(); err == nil {
+		t.Errorf("httpBind=localhost accepted (kubelet's probe could not reach it):\n%s", out)
 	}
 }

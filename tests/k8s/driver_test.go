@@ -2,7 +2,11 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +52,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"StaticVolume", (*cluster).staticVolume},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
+		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},
 	}
 	for _, s := range steps {
@@ -437,6 +442,46 @@ func (c *cluster) helmUpgrade() {
 	if _, err := os.Stat(filepath.Join(serverDir, "existing-data", "hello")); err != nil {
 		c.t.Errorf("the inline volume's directory lost its data: %v", err)
 	}
+}
+
+// nodeHTTPOnThePodIP: the node pods (host network) serve /metrics and
+// /healthz on the node's IP, where kubelet's liveness probe and a scraper
+// reach them, and not on any other address of the node (issue 17 #7);
+// no liveness probe of the driver failed.
+func (c *cluster) nodeHTTPOnThePodIP() {
+	client := http.Client{Timeout: 10 * time.Second}
+	get := func(host string, port int, path string) (string, error) {
+		resp, err := client.Get(fmt.Sprintf("http://%s%s", net.JoinHostPort(host, fmt.Sprint(port)), path))
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if resp.StatusCode != http.StatusOK {
+			return string(b), fmt.Errorf("%s", resp.Status)
+		}
+		return string(b), err
+	}
+	const metricsPort, healthPort = 29655, 29653 // the chart's defaults
+	if body, err := get(nodeIP, metricsPort, "/metrics"); err != nil || !strings.Contains(body, "nfsdir_csi_operations_total") {
+		c.t.Errorf("metrics on the node's IP: %v\n%.300s", err, body)
+	}
+	if _, err := get(nodeIP, healthPort, "/healthz"); err != nil {
+		c.t.Errorf("liveness endpoint on the node's IP: %v", err)
+	}
+	for _, port := range []int{metricsPort, healthPort} {
+		if _, err := get("127.0.0.1", port, "/"); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			c.t.Errorf("port %d on the node's loopback: %v, want connection refused", port, err)
+		}
+	}
+	events, err := c.kube.CoreV1().Events(driverNS).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=Unhealthy"})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		c.t.Errorf("%s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+	c.stage("node metrics and health served on " + nodeIP + " only")
 }
 
 // noContainerRestarted: after all of the above, no container of the driver

@@ -43,3 +43,22 @@ app.kubernetes.io/component: {{ .component }}
 - --leader-election-renew-deadline={{ .Values.controller.leaderElection.renewDeadline }}
 - --leader-election-retry-period={{ .Values.controller.leaderElection.retryPeriod }}
 {{- end -}}
+
+{{/*
+Host part of the node pods' HTTP addresses (metrics, liveness): the pod's
+IP, which on the host network is the node's, so nothing else on the node
+(another pod on the host network, a process on localhost) reaches them
+through another interface; or every address.
+*/}}
+{{- define "nfsdir.nodeHTTPHost" -}}
+{{- if eq .Values.node.httpBind "podIP" }}[$(POD_IP)]{{ end -}}
+{{- end -}}
+
+{{- define "nfsdir.podIPEnv" -}}
+{{- if eq .Values.node.httpBind "podIP" }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
+{{- end -}}
