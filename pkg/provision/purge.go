@@ -150,9 +150,9 @@ type walk struct {
 
 	mu       sync.Mutex
 	tune     *widthTuner
-	branches int       // branches running beside the walk's own
-	count    int       // removals in the current sample
-	since    time.Time // start of the current sample
+	branches int          // branches running beside the walk's own
+	since    time.Time    // start of the current sample
+	count    atomic.Int64 // removals so far
 }
 
 // maxBranches bounds the concurrent branches of one walk, and so its
@@ -172,13 +172,14 @@ func newWalk(p *Purger) *walk {
 // tuner.
 func (w *walk) removedOne() {
 	w.p.removed.Add(1)
+	if w.count.Add(1)%tuneSample != 0 {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.count++; w.count >= tuneSample {
-		now := time.Now()
-		w.tune.observe(w.count, now.Sub(w.since))
-		w.count, w.since = 0, now
-	}
+	now := time.Now()
+	w.tune.observe(tuneSample, now.Sub(w.since))
+	w.since = now
 }
 
 // branch reports whether another branch may start now, and counts it.
@@ -282,14 +283,14 @@ func isStuck(err error) bool {
 // removeAt removes name, a single path component inside the directory open
 // as dirfd, with everything below it; parent is that directory's path
 // inside the trash entry, for messages. It never follows symlinks. It
-// checks ctx before every removal. Entries that cannot be removed are
+// checks ctx before each batch of a directory's entries. Entries that cannot be removed are
 // skipped; the first of them is reported as a *stuckError at the end.
 // listedDir says its directory's listing gave it as a directory, so the
 // first attempt skips the unlink.
 func (w *walk) removeAt(ctx context.Context, dirfd int, parent, name string, listedDir bool, at level) error {
 	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err
+		if attempt > 0 && ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if attempt > 100 {
 			return fmt.Errorf("%q keeps changing while it is removed", join(parent, name))
