@@ -262,3 +262,40 @@ func TestRepublishDuringOutageKeepsTheMount(t *testing.T) {
 	t.Logf("re-publish OK %s after the network returned", time.Since(start.Add(took)).Round(time.Second))
 	c.Unpublish(t, v, target)
 }
+
+// TestHealthAfterRestartOnRealNFS: a node plugin started after the volume
+// was published (a restart: nothing in memory) reports, without a publish
+// path, the health of the volume's targets kubelet records: healthy, then
+// StaleFileHandle once the directory is replaced on the server. Before,
+// it reported healthy whatever the mount's state (issue 17 #11).
+func TestHealthAfterRestartOnRealNFS(t *testing.T) {
+	kubelet := t.TempDir()
+	layout := func(cfg *config.Config) { cfg.PublishRoot, cfg.KubeletDir = "", kubelet }
+	c := start(t, layout)
+	vc := lab.RWX("nfsvers=4.1")
+	v := c.Create(t, "pvc-health", params("onDelete", "retain"), vc)
+	target := kubeletTarget(t, kubelet, "pod-h", "pvc-health")
+	os.WriteFile(filepath.Join(filepath.Dir(target), "vol_data.json"),
+		[]byte(`{"driverName":"nfsdir.csi.io","specVolID":"pvc-health","volumeHandle":"`+v.VolumeId+`","volumeLifecycleMode":"Persistent"}`), 0o644)
+	c.Publish(t, v, target, vc, false)
+
+	restarted := start(t, layout)
+	health := func() []*csi.VolumeHealth_VolumeHealthEntry {
+		t.Helper()
+		r, err := restarted.Node.NodeGetVolumeHealth(lab.Ctx(t, time.Minute), &csi.NodeGetVolumeHealthRequest{VolumeId: v.VolumeId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetVolumeHealth().GetHealthStatuses()
+	}
+	if st := health(); len(st) != 0 {
+		t.Errorf("health of a live volume: %v", st)
+	}
+	lab.Sh(t, "rm -rf "+onExport("pvc-health")+" && mkdir -m 2770 "+onExport("pvc-health"))
+	if st := health(); len(st) != 1 || st[0].GetReason() != "StaleFileHandle" {
+		t.Errorf("health of a stale mount after a restart: %v", st)
+	}
+	c.Publish(t, v, target, vc, false) // heals
+	c.Unpublish(t, v, target)
+	c.Delete(t, v)
+}
