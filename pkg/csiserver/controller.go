@@ -35,6 +35,7 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 }
 
 // ControllerGetCapabilities lists the controller RPCs nfsdir implements.
@@ -173,6 +174,47 @@ func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Le
 	}
 	return nil, status.Errorf(codes.FailedPrecondition,
 		"volume %q was not created by nfsdir (csi-driver-nfs ID for directory %q on %s); nfsdir never deletes a directory it did not create: delete the data by hand, or hand it over with `nfsdir adopt`", raw, l.SubDir, l.Export)
+}
+
+// ControllerExpandVolume records the volume's new capacity (online: pods
+// keep using it; nothing to do on the nodes). Volumes never shrink
+// (OutOfRange). A csi-driver-nfs volume has no record to hold a capacity:
+// its expansion is accepted and changes nothing, as with csi-driver-nfs.
+func (s *Controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, invalid("volume ID is required")
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, invalid("capacity range is required")
+	}
+	capacity, err := capacityOf(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	id, err := volumeid.Parse(raw)
+	if err != nil {
+		if _, lerr := volumeid.ParseLegacy(raw); lerr == nil {
+			klog.Infof("volume %q (csi-driver-nfs): expansion to %d bytes accepted; nfsdir records capacities of its own volumes only", raw, capacity)
+			return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity}, nil
+		}
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", raw, err)
+	}
+	var rec *provision.Record
+	err = s.bounded(ctx, raw, func() error {
+		return s.shares.OnVolume(ctx, id, func(a *provision.Area, _ *shares.Share) (err error) {
+			rec, err = a.Expand(id, capacity)
+			return err
+		})
+	})
+	if errors.Is(err, provision.ErrNoArea) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", raw)
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	klog.Infof("volume %q: capacity %d bytes", rec.Name, rec.CapacityBytes)
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: rec.CapacityBytes}, nil
 }
 
 // ValidateVolumeCapabilities confirms filesystem access of any mode.

@@ -222,3 +222,50 @@ func TestBoundedReleasesBeforeAnswering(t *testing.T) {
 		c.locks.Release("v")
 	}
 }
+
+// TestControllerExpandVolume: the new capacity is recorded and answered,
+// with no node step; shrinking is OutOfRange; a replayed CreateVolume of the
+// original size still returns the volume; a csi-driver-nfs volume's
+// expansion is accepted as a no-op.
+func TestControllerExpandVolume(t *testing.T) {
+	conn, _ := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	params := map[string]string{"server": "nfs.example", "share": "/export"}
+	create := func() *csi.Volume {
+		r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-grow", Parameters: params,
+			VolumeCapabilities: []*csi.VolumeCapability{rwx}, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetVolume()
+	}
+	v := create()
+	expand := func(id string, bytes int64) (*csi.ControllerExpandVolumeResponse, error) {
+		return ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: bytes}})
+	}
+	r, err := expand(v.VolumeId, 2<<30)
+	if err != nil || r.CapacityBytes != 2<<30 || r.NodeExpansionRequired {
+		t.Fatalf("expand: %v %v", r, err)
+	}
+	if _, err := expand(v.VolumeId, 1<<30); status.Code(err) != codes.OutOfRange {
+		t.Errorf("shrink: %v", err)
+	}
+	if again := create(); again.VolumeId != v.VolumeId || again.CapacityBytes != 2<<30 {
+		t.Errorf("CreateVolume replayed after expand: %v", again)
+	}
+	if _, err := ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.VolumeId}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("no capacity range: %v", err)
+	}
+	if _, err := expand("no-such-volume", 1<<30); status.Code(err) != codes.NotFound {
+		t.Errorf("unknown volume: %v", err)
+	}
+	if r, err := expand("nfs.example#export#x#uuid#delete", 5<<30); err != nil || r.CapacityBytes != 5<<30 {
+		t.Errorf("csi-driver-nfs volume: %v %v", r, err)
+	}
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := expand(v.VolumeId, 3<<30); status.Code(err) != codes.NotFound {
+		t.Errorf("deleted volume: %v", err)
+	}
+}

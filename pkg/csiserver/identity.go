@@ -22,12 +22,17 @@ func (s *Identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*c
 	return &csi.GetPluginInfoResponse{Name: s.name, VendorVersion: s.version}, nil
 }
 
-// GetPluginCapabilities advertises the controller service when it runs.
+// GetPluginCapabilities advertises the controller service and online
+// expansion when the controller runs.
 func (s *Identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	resp := &csi.GetPluginCapabilitiesResponse{}
 	if s.controller {
 		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}})
+		// Expansion is recorded by the controller while pods use the
+		// volume; nodes have nothing to resize.
+		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}})
 	}
 	return resp, nil
 }

@@ -474,7 +474,7 @@ func (a *Area) checkNoVolumeAround(subDir string) error {
 		keys, err := dir.Readdirnames(1024)
 		for _, k := range keys {
 			if strings.Contains(k, ".") {
-				continue // a record being sealed or removed, under a temporary name
+				continue // a record being sealed, updated or removed, under a temporary name
 			}
 			rec, rerr := readRecord(a.volumes, k)
 			if rerr != nil {
@@ -507,7 +507,8 @@ func compatible(rec *Record, req Request) error {
 	if rec.Mode != req.Mode || rec.UID != req.UID || rec.GID != req.GID {
 		diffs = append(diffs, fmt.Sprintf("mode %04o uid %d gid %d (requested %04o uid %d gid %d)", rec.Mode, rec.UID, rec.GID, req.Mode, req.UID, req.GID))
 	}
-	if rec.CapacityBytes != req.CapacityBytes {
+	if rec.CapacityBytes < req.CapacityBytes {
+		// Larger is the same volume expanded since it was created.
 		diffs = append(diffs, fmt.Sprintf("capacity %d bytes (requested %d)", rec.CapacityBytes, req.CapacityBytes))
 	}
 	if len(diffs) > 0 {
@@ -620,6 +621,11 @@ func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 // by a Purger.
 func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 	root := a.root
+	// An update of the record (an expansion) may hold it aside: put it
+	// back, so that the record is found, and removed, here.
+	if err := settleUpdate(a.volumes, id.Key, id.Key+updateSuffix+id.Token); err != nil {
+		return err
+	}
 	rec, err := a.Lookup(id)
 	if err != nil {
 		return err
@@ -674,6 +680,43 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 		a.pruneParents(rec.SubDir)
 	}
 	return nil
+}
+
+// Expand records bytes as the capacity of the volume of id and returns its
+// record. A capacity below the recorded one is OutOfRange (volumes never
+// shrink); the same one changes nothing. A volume that does not exist is
+// NotFound. The record is updated only if it is still the one of id
+// (updateRecordIf), so a delayed call never touches a later volume.
+func (a *Area) Expand(id volumeid.ID, bytes int64) (*Record, error) {
+	smaller := func(r *Record) error {
+		if bytes < r.CapacityBytes {
+			return fault.New(fault.OutOfRange, "volume %q has %d bytes; nfsdir volumes do not shrink (asked for %d)", r.Name, r.CapacityBytes, bytes)
+		}
+		return nil
+	}
+	rec, err := a.Lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		if err := smaller(rec); err != nil || rec.CapacityBytes == bytes {
+			return rec, err
+		}
+	}
+	rec, err = updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+		if r.SharedDir {
+			return fault.New(fault.NotFound, "volume %q does not exist", id.String())
+		}
+		if err := smaller(r); err != nil {
+			return err
+		}
+		r.CapacityBytes = bytes
+		return nil
+	})
+	if err == nil && rec == nil {
+		err = fault.New(fault.NotFound, "volume %q does not exist", id.String())
+	}
+	return rec, err
 }
 
 // trashName names a deleted volume's directory in .nfsdir/trash.

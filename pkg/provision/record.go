@@ -216,3 +216,84 @@ func settleAside(volumes *os.Root, key, aside, token string) error {
 	}
 	return nil
 }
+
+// updateSuffix names the link a record is moved to while an update checks
+// that it is the record the caller read.
+const updateSuffix = ".upd."
+
+// updateRecordIf replaces the record under key with what change makes of
+// it, only if that record carries token, and returns the new record; nil
+// (and no error) when key holds no record of token (gone, or a later
+// volume's). As removeRecordIf, it first takes the record aside in one
+// atomic rename, whatever is there, and reads it; the changed record is
+// then written under key exclusively, so a caller delayed for any time (a
+// deposed leader) never replaces another volume's record. While the record
+// is aside its key is vacant: a volume created meanwhile at the same
+// directory finds the directory taken and drops its own record, and
+// DeleteVolume puts the aside record back first (settleUpdate).
+func updateRecordIf(volumes *os.Root, key, token string, change func(*Record) error) (*Record, error) {
+	aside := key + updateSuffix + token
+	if err := settleUpdate(volumes, key, aside); err != nil { // an interrupted earlier update
+		return nil, err
+	}
+	if err := volumes.Rename(key, aside); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, onShare(err, "update volume record %s", recordPath(key))
+	}
+	b, err := volumes.Readlink(aside)
+	if err != nil {
+		return nil, errors.Join(onShare(err, "read volume record %s", path.Join(volumesDir, aside)), settleUpdate(volumes, key, aside))
+	}
+	var r Record
+	if json.Unmarshal([]byte(b), &r) != nil || r.Token != token {
+		return nil, settleUpdate(volumes, key, aside) // another volume's: put back
+	}
+	if err := change(&r); err != nil {
+		return nil, errors.Join(err, settleUpdate(volumes, key, aside))
+	}
+	if err := writeRecordExclusive(volumes, key, &r); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fault.New(fault.Aborted, "a record was written as %s while the record of volume %q was being updated (a volume being created at the same directory, which fails); retry", recordPath(key), r.Name)
+		}
+		return nil, err // the record stays aside; the next attempt settles it
+	}
+	if err := volumes.Remove(aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		klog.Warningf("volume record %s: updated, but the old record %s stays until the next update: %v", recordPath(key), path.Join(volumesDir, aside), err)
+	}
+	return &r, nil
+}
+
+// settleUpdate puts a record an update left aside as aside back under key,
+// or drops it when key holds the same volume's record already (the
+// update's result).
+func settleUpdate(volumes *os.Root, key, aside string) error {
+	b, err := volumes.Readlink(aside)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return onShare(err, "read volume record %s", path.Join(volumesDir, aside))
+	}
+	var old Record
+	_ = json.Unmarshal([]byte(b), &old)
+	err = volumes.Link(aside, key)
+	if errors.Is(err, fs.ErrExist) {
+		cur, rerr := readRecord(volumes, key)
+		if rerr != nil {
+			return rerr
+		}
+		if cur == nil || cur.Token != old.Token {
+			return fault.New(fault.Aborted, "the record of volume %q is held aside as %s while another record is at %s (a volume being created at the same directory, which fails); retry", old.Name, path.Join(volumesDir, aside), recordPath(key))
+		}
+		err = nil // the update's result is in place
+	}
+	if err != nil {
+		return onShare(err, "put volume record %s back as %s", path.Join(volumesDir, aside), recordPath(key))
+	}
+	if err := volumes.Remove(aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return onShare(err, "remove volume record %s", path.Join(volumesDir, aside))
+	}
+	return nil
+}
