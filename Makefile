@@ -93,6 +93,7 @@ K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) 
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
 ETCD_VERSION := v3.6.16
 CSI_PROVISIONER_VERSION := v5.3.0
+CSI_RESIZER_VERSION := v1.14.0
 k8s-bins:
 	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
 	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
@@ -101,6 +102,9 @@ k8s-bins:
 	cd tests/k8s/sidecars/provisioner && grep -q 'external-provisioner/v5 $(CSI_PROVISIONER_VERSION)' go.mod && \
 		$(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_PROVISIONER_VERSION)' -o $(CURDIR)/bin/k8s/csi-provisioner \
 		github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner
+	cd tests/k8s/sidecars/resizer && grep -q 'external-resizer $(CSI_RESIZER_VERSION)' go.mod && \
+		$(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_RESIZER_VERSION)' -o $(CURDIR)/bin/k8s/csi-resizer \
+		github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
 
 ## k8s-e2e-bins: Kubernetes' e2e.test (its storage suite runs nfsdir as an external
 ## driver), the agnhost test image program and the Ginkgo CLI that runs e2e.test in
@@ -138,6 +142,8 @@ lab-images: lab-deps
 		-entrypoint /agnhost -file bin/k8s/agnhost:/agnhost -tree bin/images/busybox-rootfs:/; fi
 	if [ -x bin/k8s/csi-provisioner ]; then bin/k8s-tools/imagebuild -o bin/images/csi-provisioner.tar \
 		-tag lab.local/csi-provisioner:$(CSI_PROVISIONER_VERSION) -entrypoint /csi-provisioner -file bin/k8s/csi-provisioner:/csi-provisioner; fi
+	if [ -x bin/k8s/csi-resizer ]; then bin/k8s-tools/imagebuild -o bin/images/csi-resizer.tar \
+		-tag lab.local/csi-resizer:$(CSI_RESIZER_VERSION) -entrypoint /csi-resizer -file bin/k8s/csi-resizer:/csi-resizer; fi
 
 ## e2e-smoke: containerd and runc (Debian packages) in the lab guest import and run the
 ## lab images: the first step of the Kubernetes end-to-end lab.
@@ -158,7 +164,7 @@ E2E_RUN ?= TestDriverOnKubernetes
 E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=4096 NFSDIR_LAB_TCG=multi
 # e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
 define e2e-payload
-	for b in $(E2E_BINS) csi-provisioner; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
+	for b in $(E2E_BINS) csi-provisioner csi-resizer; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
 	$(MAKE) lab-images
 	rm -rf $(1) && mkdir -p $(1)/images $(1)/chart
 	tests/k8s/fetch-runtime.sh $(1)

@@ -38,7 +38,7 @@ func helm(t *testing.T) string {
 // valueSets are the configurations every check runs on.
 var valueSets = map[string][]string{
 	"default":      nil,
-	"snapshots":    {"feature.enableSnapshotter=true", "feature.enableResizer=true"},
+	"snapshots":    {"feature.enableSnapshotter=true", "feature.enableResizer=false"},
 	"inline":       {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
 	"kubeletdir":   {"kubeletDir=/var/lib/k0s/kubelet/"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
@@ -266,7 +266,7 @@ func TestInvariants(t *testing.T) {
 				}
 			}
 			snap := strings.Contains(values, "enableSnapshotter=true")
-			if (container(t, dep, "csi-snapshotter") != nil) != snap || (container(t, dep, "csi-resizer") != nil) != strings.Contains(values, "enableResizer=true") {
+			if (container(t, dep, "csi-snapshotter") != nil) != snap || (container(t, dep, "csi-resizer") != nil) == strings.Contains(values, "enableResizer=false") {
 				t.Error("snapshotter/resizer sidecars do not follow their switches")
 			}
 

@@ -99,6 +99,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	if _, err := os.Stat(filepath.Join(bin, "images", "csi-provisioner.tar")); err == nil {
 		refs = append(refs, "lab.local/csi-provisioner:v5.3.0")
 	}
+	if _, err := os.Stat(filepath.Join(bin, "images", "csi-resizer.tar")); err == nil {
+		refs = append(refs, "lab.local/csi-resizer:v1.14.0")
+	}
 	for _, ref := range refs {
 		if out, err := ctr("images", "check", "name=="+ref); err != nil || !strings.Contains(out, "complete") {
 			t.Errorf("image %s: %v %s", ref, err, out)

@@ -46,6 +46,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		run  func(*cluster)
 	}{
 		{"ReadWriteManyDeployment", (*cluster).readWriteMany},
+		{"OnlineExpansion", (*cluster).onlineExpansion},
 		{"NonRootPodWithFSGroup", (*cluster).nonRootWithFSGroup},
 		{"ReadOnlyPod", (*cluster).readOnlyPod},
 		{"OnDeletePolicies", (*cluster).onDeletePolicies},
@@ -103,6 +104,7 @@ func labImageValues() []string {
 	return []string{
 		"--set", "image.nfsdir.repository=lab.local/nfsdir", "--set", "image.nfsdir.tag=lab",
 		"--set", "image.csiProvisioner.repository=lab.local/csi-provisioner",
+		"--set", "image.csiResizer.repository=lab.local/csi-resizer",
 		"--set", "image.livenessProbe.repository=lab.local/livenessprobe", "--set", "image.livenessProbe.tag=lab",
 		"--set", "image.nodeDriverRegistrar.repository=lab.local/csi-node-driver-registrar", "--set", "image.nodeDriverRegistrar.tag=lab",
 	}
@@ -192,6 +194,47 @@ func (c *cluster) readWriteMany() {
 			}
 		}
 	}
+}
+
+// onlineExpansion: the claim the RWX Deployment uses grows from 5Gi to
+// 8Gi while its pods run: the chart's csi-resizer calls
+// ControllerExpandVolume, the PV and the claim's status show the new size
+// without a node step, the record on the share holds it, and no pod
+// restarted.
+func (c *cluster) onlineExpansion() {
+	ctx := context.Background()
+	before := c.pods("default", "app=rwx")
+	patch := []byte(`{"spec":{"resources":{"requests":{"storage":"8Gi"}}}}`)
+	if _, err := c.kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "shared-data", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	want := int64(8 << 30)
+	var handle string
+	c.waitFor("claim shared-data grown to 8Gi", 3*time.Minute, func() (bool, error) {
+		pvc, err := c.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "shared-data", metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		pv, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		handle = pv.Spec.CSI.VolumeHandle
+		pvSize, claimSize := pv.Spec.Capacity[corev1.ResourceStorage], pvc.Status.Capacity[corev1.ResourceStorage]
+		return pvSize.Value() == want && claimSize.Value() == want, fmt.Errorf("PV %s, claim status %s, conditions %v", pvSize.String(), claimSize.String(), pvc.Status.Conditions)
+	})
+	key := strings.Split(handle, "|")[3]
+	key = key[:strings.IndexByte(key, '.')]
+	record, err := os.Readlink(filepath.Join(serverDir, ".nfsdir", "volumes", key))
+	if err != nil || !strings.Contains(record, fmt.Sprintf(`"capacityBytes":%d`, want)) {
+		c.t.Errorf("the record on the share: %q %v", record, err)
+	}
+	for _, p := range c.pods("default", "app=rwx") {
+		if !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.UID == p.UID }) {
+			c.t.Errorf("pod %s was replaced during the expansion", p.Name)
+		}
+	}
+	c.stage("claim shared-data expanded online to 8Gi; record on the share updated")
 }
 
 // seenBy waits until every pod has recorded (in dir/seen/<pod>) at least n
