@@ -203,6 +203,13 @@ func (c *cluster) readWriteMany() {
 // restarted.
 func (c *cluster) onlineExpansion() {
 	ctx := context.Background()
+	defer func() {
+		if c.t.Failed() { // the resizer's side of it
+			for _, p := range c.pods(driverNS, "app.kubernetes.io/name=nfsdir") {
+				c.t.Log(c.describePod(&p))
+			}
+		}
+	}()
 	before := c.pods("default", "app=rwx")
 	patch := []byte(`{"spec":{"resources":{"requests":{"storage":"8Gi"}}}}`)
 	if _, err := c.kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "shared-data", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
