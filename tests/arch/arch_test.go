@@ -42,23 +42,31 @@ func TestPurePackagesImportNoThirdParty(t *testing.T) {
 	}
 }
 
-func TestOnlyCSIServerImportsGRPC(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/pkg/...").Output()
+// eachImport calls fn for every direct import of every package matching
+// pattern.
+func eachImport(t *testing.T, pattern string, fn func(pkg, imp string)) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", pattern).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		for _, imp := range f[1:] {
-			grpc := strings.HasPrefix(imp, "google.golang.org/grpc") || strings.HasPrefix(imp, "github.com/container-storage-interface/")
-			if grpc && f[0] != module+"/pkg/csiserver" {
-				t.Errorf("%s imports %s; only pkg/csiserver may", f[0], imp)
-			}
-			if imp == module+"/pkg/csiserver" {
-				t.Errorf("%s imports csiserver; only cmd and tests may", f[0])
-			}
+			fn(f[0], imp)
 		}
 	}
+}
+
+func TestOnlyCSIServerImportsGRPC(t *testing.T) {
+	eachImport(t, module+"/pkg/...", func(pkg, imp string) {
+		grpc := strings.HasPrefix(imp, "google.golang.org/grpc") || strings.HasPrefix(imp, "github.com/container-storage-interface/")
+		if grpc && pkg != module+"/pkg/csiserver" {
+			t.Errorf("%s imports %s; only pkg/csiserver may", pkg, imp)
+		}
+		if imp == module+"/pkg/csiserver" {
+			t.Errorf("%s imports csiserver; only cmd and tests may", pkg)
+		}
+	})
 }
 
 // TestSharesHaveOneOwner: the controller's life with a share (its kept
@@ -66,18 +74,11 @@ func TestOnlyCSIServerImportsGRPC(t *testing.T) {
 // has one owner, pkg/shares; the gRPC layer and `nfsdir adopt` go through
 // it, never around it to pkg/sharemount or a Purger of their own.
 func TestSharesHaveOneOwner(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		for _, imp := range f[1:] {
-			if imp == module+"/pkg/sharemount" && f[0] != module+"/pkg/shares" {
-				t.Errorf("%s imports pkg/sharemount; only pkg/shares may", f[0])
-			}
+	eachImport(t, module+"/...", func(pkg, imp string) {
+		if imp == module+"/pkg/sharemount" && pkg != module+"/pkg/shares" {
+			t.Errorf("%s imports pkg/sharemount; only pkg/shares may", pkg)
 		}
-	}
+	})
 	grep := exec.Command("grep", "-rln", "--include=*.go", "--exclude=*_test.go", "NewPurger(", "../../pkg", "../../cmd")
 	b, _ := grep.Output()
 	for _, f := range strings.Fields(string(b)) {

@@ -214,24 +214,29 @@ func main() {
 	}
 	fill(filepath.Join(export, "pvc-big"), *files, *perDir) // server side: fast local tmpfs
 	fill(filepath.Join(export, "bare-rm"), *files, *perDir)
-	c0 = nfsCalls()
-	t0 = time.Now()
-	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: big.GetVolumeId()}); err != nil {
-		die(err)
+	// purgeVsRm deletes the volume id and waits for its purge, then
+	// removes dir with rm -rf; it returns how long the call took, the purge
+	// took and rm -rf took, and NFS calls per file of each.
+	purgeVsRm := func(id, dir string, n int) (ret, purge, rm time.Duration, calls string) {
+		c0 := nfsCalls()
+		t0 := time.Now()
+		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			die(err)
+		}
+		ret = time.Since(t0)
+		waitPurged()
+		purge = time.Since(t0)
+		purgeCalls := nfsCalls() - c0
+		c0 = nfsCalls()
+		t0 = time.Now()
+		if out, err := exec.Command("rm", "-rf", dir).CombinedOutput(); err != nil {
+			die(fmt.Errorf("rm -rf: %v %s", err, out))
+		}
+		return ret, purge, time.Since(t0), perOp(purgeCalls, nfsCalls()-c0, n)
 	}
-	ret := time.Since(t0)
-	waitPurged()
-	purge := time.Since(t0)
-	purgeCalls := nfsCalls() - c0
-	c0 = nfsCalls()
-	t0 = time.Now()
-	if out, err := exec.Command("rm", "-rf", filepath.Join(bare, "bare-rm")).CombinedOutput(); err != nil {
-		die(fmt.Errorf("rm -rf: %v %s", err, out))
-	}
-	rmrf := time.Since(t0)
+	ret, purge, rmrf, calls := purgeVsRm(big.GetVolumeId(), filepath.Join(bare, "bare-rm"), *files)
 	add(fmt.Sprintf("DeleteVolume of %d files: call returns", *files), ret, 0, "≤ 1s", false, "")
-	add(fmt.Sprintf("DeleteVolume of %d files: purged", *files), purge, rmrf, "vs rm -rf over NFS", true,
-		perOp(purgeCalls, nfsCalls()-c0, *files))
+	add(fmt.Sprintf("DeleteVolume of %d files: purged", *files), purge, rmrf, "vs rm -rf over NFS", true, calls)
 
 	// 2b. The same through a proxy that holds every byte -far-delay each
 	// way: a server on the network, where each call waits on the wire.
@@ -256,21 +261,9 @@ func main() {
 		}
 		fill(filepath.Join(export, "pvc-far"), *farFiles, *perDir)
 		fill(filepath.Join(export, "far-rm"), *farFiles, *perDir)
-		c0 = nfsCalls()
-		t0 = time.Now()
-		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: far.GetVolume().GetVolumeId()}); err != nil {
-			die(err)
-		}
-		waitPurged()
-		farPurge := time.Since(t0)
-		farCalls := nfsCalls() - c0
-		c0 = nfsCalls()
-		t0 = time.Now()
-		if out, err := exec.Command("rm", "-rf", filepath.Join(farBare, "far-rm")).CombinedOutput(); err != nil {
-			die(fmt.Errorf("rm -rf: %v %s", err, out))
-		}
-		add(fmt.Sprintf("DeleteVolume of %d files, server %s away: purged", *farFiles, *farDelay), farPurge, time.Since(t0),
-			"vs rm -rf over NFS", true, perOp(farCalls, nfsCalls()-c0, *farFiles))
+		_, farPurge, farRm, farCalls := purgeVsRm(far.GetVolume().GetVolumeId(), filepath.Join(farBare, "far-rm"), *farFiles)
+		add(fmt.Sprintf("DeleteVolume of %d files, server %s away: purged", *farFiles, *farDelay), farPurge, farRm,
+			"vs rm -rf over NFS", true, farCalls)
 		exec.Command("umount", farBare).Run()
 		proxy.Close()
 	}
