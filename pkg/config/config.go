@@ -40,6 +40,11 @@ const (
 	// write; other tenants of the export cannot read it. It needs no chmod,
 	// so creating a volume costs two NFS calls.
 	DefaultVolumeMode = 0o770
+	// DefaultCountEvery and DefaultCountRate pace the usage counts: each
+	// volume at most every 5 minutes, all counts together at most 2000
+	// entries per second (a few READDIRPLUS calls a second on NFS).
+	DefaultCountEvery = 5 * time.Minute
+	DefaultCountRate  = 2000
 )
 
 // Config is the driver configuration.
@@ -54,6 +59,13 @@ type Config struct {
 	MountTimeout    time.Duration
 	// PurgeWorkers bounds concurrent background purges of deleted volumes.
 	PurgeWorkers int
+	// CountEvery is how often each volume's usage is counted at most (0:
+	// never); CountRate bounds the entries the counts look at per second,
+	// all together (0: no bound); CountWorkers is how many volumes are
+	// counted at once.
+	CountEvery   time.Duration
+	CountRate    float64
+	CountWorkers int
 	// CheckOnly asks main to validate the configuration and exit.
 	CheckOnly bool
 	// MetricsAddress is host:port for Prometheus /metrics; "" is off.
@@ -98,6 +110,7 @@ func (c Config) MountPolicy() mountopts.Policy {
 func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
 		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4,
+		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2,
 		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String()}
 }
 
@@ -124,7 +137,10 @@ func (c Config) Validate() error {
 	if err := checkDriverName(c.DriverName); err != nil {
 		return err
 	}
-	if c.Controller() && !strings.HasPrefix(c.StateDir, "/") {
+	if c.CountEvery < 0 || c.CountRate < 0 || c.CountWorkers < 1 {
+		return fmt.Errorf("--usage-count-every and --usage-count-rate must not be negative, --usage-count-workers at least 1")
+	}
+	if !strings.HasPrefix(c.StateDir, "/") {
 		return fmt.Errorf("--state-dir %q must be an absolute path", c.StateDir)
 	}
 	for flag, dir := range map[string]string{"--kubelet-dir": c.KubeletDir, "--publish-root": c.PublishRoot} {

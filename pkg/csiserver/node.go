@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsdir/nfsdir/pkg/capacity"
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/keylock"
@@ -24,7 +25,9 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/mounttable"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
+	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetdir"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -46,9 +49,11 @@ type Node struct {
 	inline       *export.AllowList // nil: inline volumes are not restricted
 	locks        keylock.Set       // by target path
 	volumeLocks  keylock.Set       // by mount source, for single-writer publishes
+	views        *shares.Set       // read-only share mounts for records and figures; nil: statfs only
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
+	noView    map[string]time.Time       // export -> until when its records are not tried again
 }
 
 var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
@@ -293,10 +298,72 @@ func (s *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if st, ok := s.volumeStats(ctx, req.GetVolumeId(), u); ok {
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: st.TotalBytes, Available: st.AvailableBytes, Used: st.UsedBytes},
+			{Unit: csi.VolumeUsage_INODES, Total: st.TotalInodes, Available: st.AvailableInodes, Used: st.UsedInodes},
+		}}, nil
+	}
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
 		{Unit: csi.VolumeUsage_BYTES, Total: u.TotalBytes, Available: u.AvailableBytes, Used: u.UsedBytes},
 		{Unit: csi.VolumeUsage_INODES, Total: u.TotalInodes, Available: u.FreeInodes, Used: u.UsedInodes},
 	}}, nil
+}
+
+// noViewFor is how long a share whose records could not be read is left
+// to statfs alone before they are tried again.
+const noViewFor = time.Minute
+
+// volumeStats returns the volume's own figures: its recorded capacity as
+// total, the usage the controller last counted, and what it can still
+// take, bounded by u (the export's statfs). It reports false, and the
+// caller answers with u, for a volume nfsdir keeps no record of (a static
+// or csi-driver-nfs volume), an adopted volume not counted yet, or a
+// share whose records cannot be read (logged, and not tried again for
+// noViewFor). A volume nfsdir created and has not counted yet is new and
+// empty: it answers with nothing used.
+func (s *Node) volumeStats(ctx context.Context, volumeID string, u nfsmount.Usage) (capacity.Stats, bool) {
+	id, err := volumeid.Parse(volumeID)
+	if s.views == nil || err != nil {
+		return capacity.Stats{}, false
+	}
+	exp := id.Export.String()
+	s.mu.Lock()
+	skip := time.Now().Before(s.noView[exp])
+	s.mu.Unlock()
+	if skip {
+		return capacity.Stats{}, false
+	}
+	vctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	var (
+		rec     *provision.Record
+		fig     capacity.Figure
+		counted bool
+	)
+	err = s.views.View(vctx, id, func(v *provision.View) error {
+		var err error
+		if rec, err = v.Volume(id); err != nil || rec == nil {
+			return err
+		}
+		fig, counted, err = v.Figure(rec)
+		return err
+	})
+	if err != nil {
+		klog.Warningf("volume %s: reading its record and usage on the share: %v; reporting the export's statfs figures for %s", volumeID, err, noViewFor)
+		s.mu.Lock()
+		if s.noView == nil {
+			s.noView = map[string]time.Time{}
+		}
+		s.noView[exp] = time.Now().Add(noViewFor)
+		s.mu.Unlock()
+		return capacity.Stats{}, false
+	}
+	if rec == nil || (!counted && rec.Adopted) {
+		return capacity.Stats{}, false
+	}
+	return capacity.Report(rec.CapacityBytes, fig, capacity.Space{TotalBytes: u.TotalBytes, AvailableBytes: u.AvailableBytes,
+		TotalInodes: u.TotalInodes, FreeInodes: u.FreeInodes}), true
 }
 
 // NodeGetVolumeHealth reports a published volume as INACCESSIBLE, with the
@@ -318,8 +385,12 @@ func (s *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 	}
 	health := &csi.VolumeHealth{VolumeId: req.GetVolumeId()}
 	seen := map[string]bool{}
+	var reachable *nfsmount.Usage // statfs of a path that answered
 	for _, p := range paths {
-		_, err := s.usage(ctx, req.GetVolumeId(), p)
+		u, err := s.usage(ctx, req.GetVolumeId(), p)
+		if err == nil {
+			reachable = &u
+		}
 		var bad *unhealthyError
 		switch {
 		case errors.As(err, &bad):
@@ -336,6 +407,12 @@ func (s *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 			// Unmounted behind our back since we published it.
 		case err != nil:
 			return nil, toStatus(err)
+		}
+	}
+	if reachable != nil {
+		if st, ok := s.volumeStats(ctx, req.GetVolumeId(), *reachable); ok && st.Over != "" {
+			health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+				Status: csi.VolumeHealthErrorType_DEGRADED, Reason: "OverCapacity", Message: st.Over})
 		}
 	}
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil

@@ -45,6 +45,7 @@ type Driver struct {
 	cfg        config.Config
 	server     *grpc.Server
 	shares     *shares.Set // nil without the controller service
+	views      *shares.Set // the node's read-only share mounts; nil without
 	controller *Controller
 	metrics    *metrics.Metrics
 	serving    atomic.Bool
@@ -60,7 +61,8 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
-		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers}, m)
+		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers,
+			Accounting: shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}}, m)
 		if err != nil {
 			return nil, err
 		}
@@ -69,6 +71,11 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.metrics.Gauge("nfsdir_purge_queue_length", "Deleted volumes being purged or waiting to be.", func() float64 { return float64(set.Stats().PurgesPending) })
 		d.metrics.Gauge("nfsdir_purge_stuck", "Deleted volumes whose last purge attempt left entries it cannot remove (see the log for their paths); retried with back-off.", func() float64 { return float64(set.Stats().PurgesStuck) })
 		d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(set.Stats().PurgedEntries) })
+		d.metrics.Counter("nfsdir_usage_counts_total", "Volumes whose usage was counted.", func() float64 { return float64(set.Accounting().Counts) })
+		d.metrics.Counter("nfsdir_usage_count_failures_total", "Usage counts that failed (see the log).", func() float64 { return float64(set.Accounting().Failures) })
+		d.metrics.Counter("nfsdir_usage_counted_inodes_total", "Files and directories found by usage counts.", func() float64 { return float64(set.Accounting().Entries) })
+		d.metrics.GaugeByLabel("nfsdir_volumes_over_capacity", "Volumes whose last count found them using more than their capacity, by share.", "share", func() map[string]float64 { return set.Accounting().OverVolumes })
+		d.metrics.GaugeByLabel("nfsdir_bytes_over_capacity", "Bytes used beyond their capacity by the volumes over it, by share.", "share", func() map[string]float64 { return set.Accounting().OverBytes })
 		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
 		csi.RegisterControllerServer(d.server, d.controller)
@@ -78,8 +85,17 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		if cfg.PublishRoot != "" {
 			rule = targetpath.Rule{Root: cfg.PublishRoot}
 		}
+		// The node reads volume records and usage figures through
+		// read-only mounts of the shares; without a usable state
+		// directory it reports what statfs says, as before.
+		views, err := shares.New(shares.Config{StateDir: filepath.Join(cfg.StateDir, "node"), MountTimeout: cfg.MountTimeout}, m)
+		if err != nil {
+			klog.Warningf("volume stats: no read-only share mounts (%v); reporting the export's statfs figures", err)
+			views = nil
+		}
+		d.views = views
 		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
-			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy()})
+			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views})
 	}
 	return d, nil
 }
@@ -165,6 +181,11 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 // be stopped; it is left behind (the process exits) and resumes at the
 // next start.
 func (d *Driver) release(stopBy time.Time) {
+	if d.views != nil {
+		vctx, cancel := context.WithDeadline(context.Background(), stopBy)
+		d.views.Close(vctx)
+		cancel()
+	}
 	if d.shares == nil {
 		return
 	}

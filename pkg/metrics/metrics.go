@@ -161,3 +161,23 @@ func (c *slotConn) Close() error {
 	c.once.Do(c.release)
 	return c.Conn.Close()
 }
+
+// GaugeByLabel registers a gauge with one label whose values f returns at
+// each scrape, one per label value; f must keep the values bounded (one
+// per share, say: never one per volume).
+func (m *Metrics) GaugeByLabel(name, help, label string, f func() map[string]float64) {
+	m.reg.MustRegister(&labelled{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f})
+}
+
+type labelled struct {
+	desc *prometheus.Desc
+	f    func() map[string]float64
+}
+
+func (l *labelled) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+
+func (l *labelled) Collect(ch chan<- prometheus.Metric) {
+	for v, x := range l.f() {
+		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, x, v)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sync"
 	"syscall"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
@@ -27,6 +28,9 @@ type Area struct {
 	parents *os.Root // .nfsdir/parents
 	trash   *os.Root // .nfsdir/trash
 	owner   uint32   // the uid the server gives files nfsdir creates
+
+	umu   sync.Mutex
+	usage *os.Root // .nfsdir/usage, once opened (usageDir)
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no
@@ -188,7 +192,9 @@ func ownUID(meta *os.Root) (uint32, error) {
 // Close releases the Area's own handles (not the share root).
 func (a *Area) Close() error {
 	var errs []error
-	for _, r := range []*os.Root{a.volumes, a.parents, a.trash, a.meta} {
+	a.umu.Lock()
+	defer a.umu.Unlock()
+	for _, r := range []*os.Root{a.usage, a.volumes, a.parents, a.trash, a.meta} {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}

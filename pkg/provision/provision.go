@@ -676,6 +676,9 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 	if err := removeRecordIf(a.volumes, id.Key, id.Token); err != nil {
 		return err
 	}
+	if !rec.Shared {
+		a.dropFigure(id.Key, id.Token)
+	}
 	if rec.OnDelete != params.Retain {
 		a.pruneParents(rec.SubDir)
 	}

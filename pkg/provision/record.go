@@ -95,16 +95,22 @@ func (r *Record) Key() string {
 
 // readRecord returns the record stored under key, or nil when there is none.
 func readRecord(volumes *os.Root, key string) (*Record, error) {
-	b, err := volumes.Readlink(key)
+	return readAside(volumes, key, key)
+}
+
+// readAside returns the record of key stored under the name name (key
+// itself, or where an update or removal holds it aside), or nil.
+func readAside(volumes *os.Root, key, name string) (*Record, error) {
+	b, err := volumes.Readlink(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read volume record %s: %w", recordPath(key), err)
+		return nil, fmt.Errorf("read volume record %s: %w", recordPath(name), err)
 	}
 	var r Record
 	if err := json.Unmarshal([]byte(b), &r); err != nil {
-		return nil, fmt.Errorf("volume record %s is corrupt: %w", recordPath(key), err)
+		return nil, fmt.Errorf("volume record %s is corrupt: %w", recordPath(name), err)
 	}
 	if r.Version != RecordVersion {
 		return nil, fmt.Errorf("volume record %s has format version %d; this nfsdir reads version %d", recordPath(key), r.Version, RecordVersion)

@@ -82,7 +82,13 @@ func Key(e export.Export, opts mountopts.Options) string {
 // controllers may change. Errors: Unavailable when the server does not
 // answer, DeadlineExceeded when mounting took longer than the mount timeout.
 func (m *Manager) Get(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
-	return m.get(ctx, e, opts, false)
+	return m.get(ctx, e, opts, mainMount)
+}
+
+// GetReadOnly returns a read-only mount of the share, for a node plugin
+// that reads volume records and usage figures and never writes.
+func (m *Manager) GetReadOnly(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
+	return m.get(ctx, e, opts, viewMount)
 }
 
 // GetForPurge returns a second mount of the share, with the client's name
@@ -90,15 +96,21 @@ func (m *Manager) Get(ctx context.Context, e export.Export, opts mountopts.Optio
 // (trash entries already proven to be deleted volumes), and a lookup per
 // entry would make it twice as slow.
 func (m *Manager) GetForPurge(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
-	return m.get(ctx, e, opts, true)
+	return m.get(ctx, e, opts, purgeMount)
 }
 
-func (m *Manager) get(ctx context.Context, e export.Export, opts mountopts.Options, purge bool) (*Share, error) {
+// mountKind tells a share's mounts apart; its value ends the mount's key.
+type mountKind string
+
+const (
+	mainMount  mountKind = ""
+	purgeMount mountKind = "-purge"
+	viewMount  mountKind = "-view"
+)
+
+func (m *Manager) get(ctx context.Context, e export.Export, opts mountopts.Options, kind mountKind) (*Share, error) {
 	opts = opts.ForShare()
-	key := Key(e, opts)
-	if purge {
-		key += purgeSuffix
-	}
+	key := Key(e, opts) + string(kind)
 	m.mu.Lock()
 	en, ok := m.entries[key]
 	if !ok {
@@ -135,23 +147,20 @@ func (m *Manager) get(ctx context.Context, e export.Export, opts mountopts.Optio
 			return nil, fault.Wrap(fault.Unavailable, err, "share %s", e)
 		}
 	}
-	s, err := m.mount(ctx, e, opts, key, purge)
+	s, err := m.mount(ctx, e, opts, key, kind)
 	if err != nil {
 		return nil, err
 	}
 	en.share = s
-	if !purge {
+	if kind == mainMount {
 		m.remember(key, e, opts)
 	}
 	return s, nil
 }
 
-// purgeSuffix ends the key of a share's purge mount.
-const purgeSuffix = "-purge"
-
 func isDeadline(err error) bool { return fault.KindOf(err) == fault.DeadlineExceeded }
 
-func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Options, key string, purge bool) (*Share, error) {
+func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Options, key string, kind mountKind) (*Share, error) {
 	mp := filepath.Join(m.dir, "mounts", key)
 	if err := os.MkdirAll(mp, 0o700); err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "state directory")
@@ -170,8 +179,11 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 	if cur == nil {
 		mctx, cancel := context.WithTimeout(ctx, m.mountTimeout)
 		mopts := opts.WithFreshLookups()
-		if purge {
+		switch kind {
+		case purgeMount:
 			mopts = opts
+		case viewMount:
+			mopts = mopts.WithReadOnly(true)
 		}
 		err := m.mounter.Mount(mctx, e.String(), mp, mopts)
 		cancel()

@@ -31,8 +31,10 @@ type Share = sharemount.Share
 type Set struct {
 	mounts *sharemount.Manager
 	purger *provision.Purger // nil: no purges (adopt)
-	bg     context.Context   // ends when purges stop
+	acct   *accountant       // nil: no usage counts (adopt, nodes)
+	bg     context.Context   // ends when purges and counts stop
 	stop   context.CancelFunc
+	wg     sync.WaitGroup // counts running
 
 	// mu covers the map only: every share needs it, so nothing that
 	// touches a share (opening or closing an Area, listing its trash)
@@ -51,6 +53,9 @@ type Config struct {
 	// PurgeWorkers is how many deleted volumes are purged at once; 0
 	// purges nothing (a Set that only creates or adopts).
 	PurgeWorkers int
+	// Accounting configures the usage counts; its zero value counts
+	// nothing.
+	Accounting Accounting
 }
 
 // New returns the Set for cfg, mounting through m.
@@ -63,6 +68,14 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 	s.bg, s.stop = context.WithCancel(context.Background())
 	if cfg.PurgeWorkers > 0 {
 		s.purger = provision.NewPurger(cfg.PurgeWorkers)
+	}
+	if cfg.Accounting.Every > 0 {
+		s.acct = newAccountant(cfg.Accounting)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.account(s.bg)
+		}()
 	}
 	return s, nil
 }
@@ -269,6 +282,7 @@ func (s *Set) StopPurges() {
 	if s.purger != nil {
 		s.purger.Wait()
 	}
+	s.wg.Wait()
 }
 
 // Close closes every Area and releases the share mounts, giving up on
@@ -296,6 +310,14 @@ type Stats struct {
 	PurgedEntries int64 // files and directories removed by purges
 }
 
+// Accounting returns the usage accountant's figures; zero without one.
+func (s *Set) Accounting() AccountingStats {
+	if s.acct == nil {
+		return AccountingStats{}
+	}
+	return s.acct.stats()
+}
+
 // Stats returns the Set's current figures.
 func (s *Set) Stats() Stats {
 	st := Stats{Mounts: s.mounts.Count()}
@@ -303,4 +325,30 @@ func (s *Set) Stats() Stats {
 		st.PurgesPending, st.PurgesStuck, st.PurgedEntries = s.purger.Pending(), s.purger.Stuck(), s.purger.Removed()
 	}
 	return st
+}
+
+// View runs fn on a read-only View of the records and usage figures of
+// the share a volume ID names, through a read-only kept mount of it: for
+// node plugins, which read what the controller records and write nothing.
+// A stale mount is checked, mounted again, and fn run once more.
+func (s *Set) View(ctx context.Context, id volumeid.ID, fn func(*provision.View) error) error {
+	opts, err := mountopts.Parse(id.Options)
+	if err != nil {
+		return fault.Wrap(fault.InvalidArgument, err, "volume ID %q carries mount options nfsdir would never have written", id.String())
+	}
+	for attempt := 0; ; attempt++ {
+		share, err := s.mounts.GetReadOnly(ctx, id.Export, opts)
+		if err != nil {
+			return err
+		}
+		v, err := provision.OpenView(share.Root())
+		if err == nil {
+			err = fn(v)
+			v.Close()
+		}
+		if err == nil || !provision.IsStale(err) || attempt > 0 {
+			return err
+		}
+		s.mounts.Invalidate(share)
+	}
 }

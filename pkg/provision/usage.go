@@ -1,0 +1,352 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/capacity"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
+	"github.com/nfsdir/nfsdir/pkg/usage"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// Usage figures live beside the records:
+//
+//	.nfsdir/usage/<key>   the capacity.Figure of the directory of the
+//	                      record <key> (a shared directory's for the
+//	                      volumes that share it), as a symlink's target
+//
+// The directory is made by the first count on a share, so shares made by
+// an older nfsdir get it without a migration. A figure carries its
+// record's token: one left by an earlier volume of the same directory is
+// never used, and the accountant removes figures whose record is gone.
+const usageName = "usage"
+
+// figureKey returns the key of the figure that stands for rec.
+func figureKey(rec *Record) string {
+	if rec.Shared {
+		return volumeid.KeyForSharedDir(rec.SubDir)
+	}
+	return rec.Key()
+}
+
+// usageDir returns the open usage directory, opening it (and with create,
+// making it) the first time.
+func (a *Area) usageDir(create bool) (*os.Root, error) {
+	a.umu.Lock()
+	defer a.umu.Unlock()
+	if a.usage != nil {
+		return a.usage, nil
+	}
+	full := path.Join(safepath.MetaDir, usageName)
+	if create {
+		if err := mkdirMeta(a.meta, usageName, full); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkMetaDir(a.meta, usageName, full, a.owner); err != nil {
+		return nil, err
+	}
+	r, err := openMetaDir(a.meta, usageName)
+	if err != nil {
+		return nil, err
+	}
+	a.usage = r
+	return r, nil
+}
+
+// VolumeKeys returns the keys of every record on the share (volumes and
+// shared directories), sorted. It lists the whole records directory: for
+// background work and paged listings, never on a volume's request path.
+func (a *Area) VolumeKeys() ([]string, error) {
+	names, err := listNames(a.volumes)
+	if err != nil {
+		return nil, onShare(err, "list %s", volumesDir)
+	}
+	keys := names[:0]
+	for _, n := range names {
+		if !strings.Contains(n, ".") { // not a record taken aside or being rewritten
+			keys = append(keys, n)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+func listNames(r *os.Root) ([]string, error) {
+	d, err := r.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
+}
+
+// Record returns the record stored under key, or nil.
+func (a *Area) Record(key string) (*Record, error) { return readRecord(a.volumes, key) }
+
+// Count counts what the directory of the record under key uses, with w,
+// and stores the figure. It returns the record and its figure; counted is
+// false (and nothing is stored) for a key that holds no record, a shared
+// volume's record (its shared directory's stands for it), a record not
+// yet sealed, or a directory that is missing or not the one recorded.
+func (a *Area) Count(ctx context.Context, key string, w usage.Walker) (rec *Record, fig capacity.Figure, counted bool, err error) {
+	rec, err = readRecord(a.volumes, key)
+	if err != nil || rec == nil || rec.Shared || rec.FileID == 0 {
+		return rec, fig, false, err
+	}
+	fd, err := a.openVolumeDir(rec)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return rec, fig, false, nil
+		}
+		return rec, fig, false, err
+	}
+	defer unix.Close(fd)
+	res, err := w.Count(ctx, fd)
+	if err != nil {
+		return rec, fig, false, fmt.Errorf("count %q: %w", rec.SubDir, err)
+	}
+	fig = capacity.Figure{Token: rec.Token, Bytes: res.Bytes, Inodes: res.Inodes, Counted: time.Now().UTC(), Took: res.Took}
+	if err := a.storeFigure(key, fig); err != nil {
+		return rec, fig, false, err
+	}
+	return rec, fig, true, nil
+}
+
+// openVolumeDir opens rec's directory without following any symlink and
+// checks it is the directory sealed into rec.
+func (a *Area) openVolumeDir(rec *Record) (int, error) {
+	parent, err := a.openParent(rec.SubDir)
+	if err != nil {
+		return -1, err
+	}
+	defer parent.Close()
+	fd, err := unix.Openat(int(parent.Fd()), path.Base(rec.SubDir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return -1, fs.ErrNotExist
+		}
+		return -1, fmt.Errorf("open %q: %w", rec.SubDir, err)
+	}
+	f := os.NewFile(uintptr(fd), rec.SubDir)
+	st, err := f.Stat()
+	if err == nil {
+		err = a.checkSealed(rec, st)
+	}
+	if err != nil {
+		f.Close()
+		return -1, err
+	}
+	nfd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	return nfd, err
+}
+
+// storeFigure replaces the figure under key atomically: written under a
+// temporary name, renamed over the old one.
+func (a *Area) storeFigure(key string, fig capacity.Figure) error {
+	dir, err := a.usageDir(true)
+	if err != nil {
+		return err
+	}
+	text, err := fig.Encode()
+	if err != nil {
+		return err
+	}
+	tmp := key + ".new." + volumeid.NewToken()
+	if err := dir.Symlink(text, tmp); err != nil {
+		var le *os.LinkError // its message would repeat the figure's text
+		if errors.As(err, &le) {
+			err = le.Err
+		}
+		return onShare(err, "write usage figure %s", path.Join(safepath.MetaDir, usageName, tmp))
+	}
+	if err := dir.Rename(tmp, key); err != nil {
+		dir.Remove(tmp)
+		return onShare(err, "store usage figure %s", path.Join(safepath.MetaDir, usageName, key))
+	}
+	return nil
+}
+
+// Figure returns the stored figure of rec's directory; ok is false when
+// none was counted yet for this volume.
+func (a *Area) Figure(rec *Record) (fig capacity.Figure, ok bool, err error) {
+	dir, err := a.usageDir(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fig, false, nil
+	}
+	if err != nil {
+		return fig, false, err
+	}
+	return readFigure(a.volumes, dir, rec)
+}
+
+// readFigure reads the figure standing for rec from the usage directory,
+// and checks it is one counted for rec's directory (or, for a shared
+// volume, for its shared directory as recorded now).
+func readFigure(volumes, dir *os.Root, rec *Record) (fig capacity.Figure, ok bool, err error) {
+	key, token := figureKey(rec), rec.Token
+	if rec.Shared {
+		sd, err := readRecord(volumes, key)
+		if err != nil || sd == nil {
+			return fig, false, err
+		}
+		token = sd.Token
+	}
+	text, err := dir.Readlink(key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fig, false, nil
+	}
+	if err != nil {
+		return fig, false, onShare(err, "read usage figure %s", path.Join(safepath.MetaDir, usageName, key))
+	}
+	fig, err = capacity.Decode(text)
+	if err != nil {
+		return fig, false, fmt.Errorf("%s: %w", path.Join(safepath.MetaDir, usageName, key), err)
+	}
+	return fig, fig.Token == token, nil
+}
+
+// DropFigures removes the figures, and temporary figures older than a
+// minute, whose key holds no record among keys (sorted): left by deleted
+// volumes, or by a count interrupted midway.
+func (a *Area) DropFigures(keys []string) {
+	dir, err := a.usageDir(false)
+	if err != nil {
+		return
+	}
+	names, err := listNames(dir)
+	if err != nil {
+		klog.Warningf("list %s: %v", path.Join(safepath.MetaDir, usageName), err)
+		return
+	}
+	for _, n := range names {
+		key, _, temp := strings.Cut(n, ".")
+		if _, found := slices.BinarySearch(keys, key); found && !temp {
+			continue
+		}
+		if temp {
+			if st, err := dir.Lstat(n); err != nil || time.Since(st.ModTime()) < time.Minute {
+				continue
+			}
+		}
+		if err := dir.Remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			klog.Warningf("remove stale usage figure %s: %v", path.Join(safepath.MetaDir, usageName, n), err)
+		}
+	}
+}
+
+// dropFigure removes the figure of the deleted volume (key, token), and
+// not one counted since for a later volume of the same directory.
+func (a *Area) dropFigure(key, token string) {
+	dir, err := a.usageDir(false)
+	if err != nil {
+		return
+	}
+	text, err := dir.Readlink(key)
+	if err != nil {
+		return
+	}
+	if fig, err := capacity.Decode(text); err == nil && fig.Token != token {
+		return
+	}
+	if err := dir.Remove(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		klog.Warningf("remove usage figure %s: %v (removed by the next count)", path.Join(safepath.MetaDir, usageName, key), err)
+	}
+}
+
+// View reads the records and figures of a share and writes nothing: for
+// a node plugin, on a read-only mount of the share. It opens the metadata
+// directories only if they are real directories owned by one user and
+// writable by no other, as an Area does (it cannot probe which user that
+// should be without writing).
+type View struct {
+	meta, volumes, usage *os.Root // usage nil: no figure counted yet
+}
+
+// OpenView opens the metadata area below root for reading; a share
+// without one is ErrNoArea.
+func OpenView(root *os.Root) (_ *View, err error) {
+	meta, err := openMetaDir(root, safepath.MetaDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNoArea
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := &View{meta: meta}
+	defer func() {
+		if err != nil {
+			v.Close()
+		}
+	}()
+	st, err := meta.Lstat(".")
+	if err != nil {
+		return nil, onShare(err, "check %s", safepath.MetaDir)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, fmt.Errorf("check %s: no owner information", safepath.MetaDir)
+	}
+	if err := checkMetaDir(meta, ".", safepath.MetaDir, sys.Uid); err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		name string
+		r    **os.Root
+	}{{"volumes", &v.volumes}, {usageName, &v.usage}} {
+		full := path.Join(safepath.MetaDir, d.name)
+		if err := checkMetaDir(meta, d.name, full, sys.Uid); err != nil {
+			if d.name == usageName && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, err
+		}
+		if *d.r, err = openMetaDir(meta, d.name); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// Volume returns the record of a volume ID, or nil when it does not
+// exist. A record held aside by an expansion in progress is read there.
+func (v *View) Volume(id volumeid.ID) (*Record, error) {
+	rec, err := readRecord(v.volumes, id.Key)
+	if err == nil && rec == nil {
+		rec, err = readAside(v.volumes, id.Key, id.Key+updateSuffix+id.Token)
+	}
+	if err != nil || rec == nil || rec.Token != id.Token || rec.SharedDir {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Figure returns the figure of rec; ok is false when none was counted yet.
+func (v *View) Figure(rec *Record) (capacity.Figure, bool, error) {
+	if v.usage == nil {
+		return capacity.Figure{}, false, nil
+	}
+	return readFigure(v.volumes, v.usage, rec)
+}
+
+// Close releases the View's handles.
+func (v *View) Close() {
+	for _, r := range []*os.Root{v.usage, v.volumes, v.meta} {
+		if r != nil {
+			r.Close()
+		}
+	}
+}
