@@ -36,6 +36,10 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 }
 
 // ControllerGetCapabilities lists the controller RPCs nfsdir implements.
@@ -74,7 +78,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, invalid("%v", err)
 	}
 	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
-		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared}
+		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String()}
 	if preq.OnDelete == "" {
 		preq.OnDelete = s.defaultOnDelete
 	}
@@ -107,11 +111,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      id.String(),
 		CapacityBytes: rec.CapacityBytes,
-		VolumeContext: map[string]string{
-			params.KeyServer: cp.Export.Server,
-			params.KeyShare:  cp.Export.Share,
-			"subDir":         rec.SubDir,
-		},
+		VolumeContext: csiVolume(id, rec).VolumeContext,
 	}}, nil
 }
 

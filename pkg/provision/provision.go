@@ -40,6 +40,9 @@ type Request struct {
 	// Shared allows other volumes to use the same directory; only with
 	// OnDelete retain.
 	Shared bool
+	// Options are the share mount options the volume ID carries, kept in
+	// the record so that a listing rebuilds the same ID.
+	Options string
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -86,7 +89,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second)}
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options}
 	key := rec.Key()
 	err := writeRecordExclusive(a.volumes, key, rec)
 	if errors.Is(err, fs.ErrExist) {
@@ -926,7 +929,8 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: handleDigest(a.root, req.SubDir)}
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: handleDigest(a.root, req.SubDir),
+		Options: req.Options}
 	if err := writeRecordExclusive(a.volumes, rec.Key(), rec); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			old, _ := readRecord(a.volumes, rec.Key())

@@ -70,6 +70,10 @@ type Record struct {
 	GID           int             `json:"gid"` // -1: not changed
 	CapacityBytes int64           `json:"capacityBytes"`
 	Created       time.Time       `json:"created"`
+	// Options are the share mount options of the volume's ID ("" in
+	// records of an older nfsdir: a listing then uses the options the
+	// share is mounted with).
+	Options string `json:"options,omitempty"`
 }
 
 // describe names what the record stands for, in messages.

@@ -350,3 +350,41 @@ func (v *View) Close() {
 		}
 	}
 }
+
+// Problem is something wrong with a volume, as the controller sees it on
+// the share.
+type Problem struct {
+	Reason  string // DirectoryMissing, DirectoryReplaced or OverCapacity
+	Message string
+	// Lost says the volume's data is not where the volume is (the
+	// directory is gone or another one is at its path), as opposed to a
+	// volume that works but needs attention.
+	Lost bool
+}
+
+// Health checks rec's volume: its directory is there and is the one
+// nfsdir recorded, and its last count is within its capacity. It costs a
+// lookup, a file handle and a figure read.
+func (a *Area) Health(rec *Record) ([]Problem, error) {
+	var out []Problem
+	st, err := FreshLstat(a.root, rec.SubDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return append(out, Problem{Reason: "DirectoryMissing", Lost: true,
+			Message: fmt.Sprintf("directory %q of %s is gone from the share", rec.SubDir, rec.describe())}), nil
+	case err != nil:
+		return nil, onShare(err, "check %q", rec.SubDir)
+	case rec.FileID != 0:
+		if err := a.checkSealed(rec, st); err != nil {
+			out = append(out, Problem{Reason: "DirectoryReplaced", Lost: true, Message: err.Error()})
+		}
+	}
+	fig, ok, err := a.Figure(rec)
+	if err != nil {
+		return nil, err
+	}
+	if ok && rec.CapacityBytes > 0 && fig.Bytes > rec.CapacityBytes {
+		out = append(out, Problem{Reason: "OverCapacity", Message: capacity.Report(rec.CapacityBytes, fig, capacity.Space{}).Over})
+	}
+	return out, nil
+}

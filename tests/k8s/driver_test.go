@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,6 +48,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 	}{
 		{"ReadWriteManyDeployment", (*cluster).readWriteMany},
 		{"OnlineExpansion", (*cluster).onlineExpansion},
+		{"VolumeStatsPerClaim", (*cluster).volumeStatsPerClaim},
 		{"NonRootPodWithFSGroup", (*cluster).nonRootWithFSGroup},
 		{"ReadOnlyPod", (*cluster).readOnlyPod},
 		{"OnDeletePolicies", (*cluster).onDeletePolicies},
@@ -99,7 +101,8 @@ func (c *cluster) installDriver(helmArgs ...string) {
 }
 
 // labImageValues are the helm values that point the chart at the images
-// imported into the lab's containerd.
+// imported into the lab's containerd, and pace the usage counts for a
+// test that waits for them.
 func labImageValues() []string {
 	return []string{
 		"--set", "image.nfsdir.repository=lab.local/nfsdir", "--set", "image.nfsdir.tag=lab",
@@ -107,6 +110,9 @@ func labImageValues() []string {
 		"--set", "image.csiResizer.repository=lab.local/csi-resizer",
 		"--set", "image.livenessProbe.repository=lab.local/livenessprobe", "--set", "image.livenessProbe.tag=lab",
 		"--set", "image.nodeDriverRegistrar.repository=lab.local/csi-node-driver-registrar", "--set", "image.nodeDriverRegistrar.tag=lab",
+		// Counted every 15 s rather than 5 min: the lab checks kubelet's
+		// volume stats within minutes.
+		"--set", "controller.usage.countEvery=15s",
 	}
 }
 
@@ -242,6 +248,47 @@ func (c *cluster) onlineExpansion() {
 		}
 	}
 	c.stage("claim shared-data expanded online to 8Gi; record on the share updated")
+}
+
+// volumeStatsPerClaim: a pod writes 6 MiB into a 64Mi claim; kubelet's
+// own metrics, read through the API server's node proxy as an operator
+// would, show the claim's capacity as 64Mi and its used bytes as what the
+// pod wrote (plus the directory's own blocks), not the export's figures.
+func (c *cluster) volumeStatsPerClaim() {
+	c.create(c.testdata("usage-writer.yaml"))
+	c.podReaches("default", "usage-writer", corev1.PodRunning, 5*time.Minute)
+	c.waitFor("usage-writer wrote 6 MiB", 2*time.Minute, func() (bool, error) {
+		l := c.logsOf("default", "usage-writer", "w")
+		return strings.Contains(l, "written"), fmt.Errorf("log %q", l)
+	})
+	const wrote = 6 << 20
+	var used, total float64
+	c.waitFor("kubelet_volume_stats_used_bytes of usage-data shows the 6 MiB written", 4*time.Minute, func() (bool, error) {
+		raw, err := c.kube.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + nodeName + "/proxy/metrics").DoRaw(context.Background())
+		if err != nil {
+			return false, err
+		}
+		used = claimMetric(string(raw), "kubelet_volume_stats_used_bytes", "usage-data")
+		total = claimMetric(string(raw), "kubelet_volume_stats_capacity_bytes", "usage-data")
+		return used >= wrote && used <= wrote+64<<10 && total == 64<<20, fmt.Errorf("used %v, capacity %v", used, total)
+	}, "kubelet")
+	c.kube.CoreV1().Pods("default").Delete(context.Background(), "usage-writer", metav1.DeleteOptions{})
+	c.stage(fmt.Sprintf("kubelet reports usage-data: %.0f bytes used of %.0f", used, total))
+}
+
+// claimMetric returns the value of a kubelet volume metric for a claim in
+// the default namespace from Prometheus text, or -1.
+func claimMetric(text, name, claim string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, `persistentvolumeclaim="`+claim+`"`) || !strings.Contains(line, `namespace="default"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			return v
+		}
+	}
+	return -1
 }
 
 // seenBy waits until every pod has recorded (in dir/seen/<pod>) at least n

@@ -1,0 +1,155 @@
+package shares
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// Listed is one volume of a listing.
+type Listed struct {
+	ID       volumeid.ID
+	Record   *provision.Record
+	Problems []provision.Problem // with health only
+}
+
+// listShareTimeout bounds the work a listing does on one share: a share
+// whose server does not answer is left out (and logged), not waited for.
+const listShareTimeout = 30 * time.Second
+
+// tokenPrefix marks the paging tokens List hands out.
+const tokenPrefix = "nfsdir1."
+
+// List returns at most max volumes (0: no bound) of every share this
+// Set's state directory has mounted, in a stable order (by export, then
+// record key), starting after token ("" for the start), and the token of
+// the next page ("" at the end). The token is a position, not an index:
+// volumes created or deleted between pages never shift it. With health,
+// each volume is checked too (provision.Area.Health). A token List did
+// not make is Aborted, as the CSI spec asks.
+func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]Listed, string, error) {
+	afterExport, afterKey, err := decodeToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []Listed
+	for _, k := range s.exports() {
+		if k.e.String() < afterExport {
+			continue
+		}
+		after := ""
+		if k.e.String() == afterExport {
+			after = afterKey
+		}
+		sctx, cancel := context.WithTimeout(ctx, listShareTimeout)
+		err := s.On(sctx, k.e, k.opts, false, func(a *provision.Area, share *Share) error {
+			keys, err := a.VolumeKeys()
+			if err != nil {
+				return err
+			}
+			i, _ := slices.BinarySearch(keys, after)
+			for _, key := range keys[i:] {
+				if key == after {
+					continue
+				}
+				if max > 0 && len(out) == max {
+					token = encodeToken(k.e.String(), out[len(out)-1].ID.Key)
+					return errPageFull
+				}
+				l, err := s.listed(a, share, k.e, key, health)
+				if err != nil {
+					return err
+				}
+				if l != nil {
+					out = append(out, *l)
+				}
+			}
+			return nil
+		})
+		cancel()
+		switch {
+		case errors.Is(err, errPageFull):
+			return out, token, nil
+		case err == nil, errors.Is(err, provision.ErrNoArea):
+		case ctx.Err() != nil:
+			return nil, "", fault.Wrap(fault.DeadlineExceeded, ctx.Err(), "listing volumes")
+		default:
+			klog.Warningf("listing volumes: share %s left out: %v", k.e, err)
+		}
+	}
+	return out, "", nil
+}
+
+var errPageFull = errors.New("page full")
+
+// listed returns the volume recorded under key, or nil for a key that
+// holds no volume (gone, or a shared directory's record).
+func (s *Set) listed(a *provision.Area, share *Share, e export.Export, key string, health bool) (*Listed, error) {
+	rec, err := a.Record(key)
+	if err != nil || rec == nil || rec.SharedDir {
+		return nil, err
+	}
+	opts := share.Options
+	if rec.Options != "" {
+		if o, err := mountopts.Parse(rec.Options); err == nil {
+			opts = o
+		}
+	}
+	id, err := s.VolumeID(e, rec, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listed{ID: id, Record: rec}
+	if health {
+		if l.Problems, err = a.Health(rec); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+type knownExport struct {
+	e    export.Export
+	opts mountopts.Options
+}
+
+// exports returns every export the state directory has mounted, once
+// each, sorted.
+func (s *Set) exports() []knownExport {
+	exps, opts := s.mounts.Known()
+	var out []knownExport
+	for i, e := range exps {
+		if !slices.ContainsFunc(out, func(k knownExport) bool { return k.e.String() == e.String() }) {
+			out = append(out, knownExport{e: e, opts: opts[i]})
+		}
+	}
+	slices.SortFunc(out, func(a, b knownExport) int { return strings.Compare(a.e.String(), b.e.String()) })
+	return out
+}
+
+func encodeToken(exp, key string) string {
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(exp+"\x00"+key))
+}
+
+func decodeToken(t string) (exp, key string, err error) {
+	if t == "" {
+		return "", "", nil
+	}
+	b, derr := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(t, tokenPrefix))
+	exp, key, ok := strings.Cut(string(b), "\x00")
+	if !strings.HasPrefix(t, tokenPrefix) || derr != nil || !ok || exp == "" || key == "" {
+		return "", "", fault.New(fault.Aborted, "starting token %q is not one nfsdir handed out; list again from the start", t)
+	}
+	return exp, key, nil
+}

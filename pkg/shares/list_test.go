@@ -1,0 +1,64 @@
+package shares
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+)
+
+// TestListPagesAcrossSharesByPosition: volumes of two exports are listed
+// each once, in pages of 2, and a page token stays valid when the volume
+// it points after is deleted; a made-up token is Aborted.
+func TestListPagesAcrossSharesByPosition(t *testing.T) {
+	s, f, e, _ := setup(t, 0)
+	e2, _ := export.New("nfs.example", "/other")
+	os.MkdirAll(f.ExportDir(e2.Server, e2.Share), 0o755)
+	opts := mountopts.Options{"nfsvers=4.1"}
+	want := map[string]bool{}
+	for i := range 5 {
+		want[create(t, s, e, opts, fmt.Sprint("a-", i)).String()] = true
+		want[create(t, s, e2, opts, fmt.Sprint("b-", i)).String()] = true
+	}
+	ctx := context.Background()
+	got := map[string]int{}
+	token := ""
+	for pages := 0; ; pages++ {
+		vols, next, err := s.List(ctx, token, 2, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(vols) > 2 || pages > 10 {
+			t.Fatalf("page %d: %d volumes", pages, len(vols))
+		}
+		for _, v := range vols {
+			got[v.ID.String()]++
+		}
+		if pages == 1 { // delete the volume the token points after
+			last := vols[len(vols)-1].ID
+			if err := s.OnVolume(ctx, last, func(a *provision.Area, _ *Share) error { return a.Delete(ctx, last) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("%s listed %d times", id, got[id])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("listed %d volumes, want %d", len(got), len(want))
+	}
+	if _, _, err := s.List(ctx, "made-up", 2, false); !fault.Is(err, fault.Aborted) {
+		t.Errorf("List with a made-up token: %v", err)
+	}
+}
