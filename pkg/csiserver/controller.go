@@ -3,6 +3,7 @@ package csiserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 
@@ -40,6 +41,7 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_VOLUME,
 	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 }
 
 // ControllerGetCapabilities lists the controller RPCs nfsdir implements.
@@ -79,6 +81,17 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
 		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String()}
+	mut, err := params.ParseMutable(req.GetMutableParameters())
+	if err != nil {
+		return nil, invalid("VolumeAttributesClass: %v", err)
+	}
+	if mut.OnDelete != "" {
+		preq.OnDelete = mut.OnDelete
+	}
+	if mut.HasMountOptions {
+		o := mut.MountOptions.String()
+		preq.PublishOptions = &o
+	}
 	if preq.OnDelete == "" {
 		preq.OnDelete = s.defaultOnDelete
 	}
@@ -215,6 +228,49 @@ func (s *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	}
 	klog.Infof("volume %q: capacity %d bytes", rec.Name, rec.CapacityBytes)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: rec.CapacityBytes}, nil
+}
+
+// ControllerModifyVolume applies a VolumeAttributesClass to a volume: its
+// onDelete policy at once, its mount options at the volume's next
+// NodePublishVolume (pods already running keep their mounts until they
+// are restarted). Any other parameter is InvalidArgument naming it.
+func (s *Controller) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, invalid("volume ID is required")
+	}
+	mut, err := params.ParseMutable(req.GetMutableParameters())
+	if err != nil {
+		return nil, invalid("VolumeAttributesClass: %v", err)
+	}
+	id, err := volumeid.Parse(raw)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not an nfsdir volume: %v", raw, err)
+	}
+	change := provision.Change{OnDelete: mut.OnDelete}
+	if mut.HasMountOptions {
+		o := mut.MountOptions.String()
+		change.PublishOptions = &o
+	}
+	var rec *provision.Record
+	err = s.bounded(ctx, raw, func() error {
+		return s.shares.OnVolume(ctx, id, func(a *provision.Area, _ *shares.Share) (err error) {
+			rec, err = a.Modify(id, change)
+			return err
+		})
+	})
+	if errors.Is(err, provision.ErrNoArea) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", raw)
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	opts := "the StorageClass's"
+	if rec.PublishOptions != nil {
+		opts = fmt.Sprintf("%q", *rec.PublishOptions)
+	}
+	klog.Infof("volume %q modified: onDelete %s now; mount options %s from its next publish (running pods keep their mounts)", rec.Name, rec.OnDelete, opts)
+	return &csi.ControllerModifyVolumeResponse{}, nil
 }
 
 // ValidateVolumeCapabilities confirms filesystem access of any mode.

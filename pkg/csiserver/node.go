@@ -103,6 +103,9 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if safepath.InMetaDir(path.Join(vol.Export.Share, vol.SubDir)) {
 		return nil, invalid("volume %q: %q lies inside nfsdir's metadata directory %s, which is never mounted", req.GetVolumeId(), path.Join(vol.Export.Share, vol.SubDir), safepath.MetaDir)
 	}
+	if !vol.Ephemeral {
+		classOpts = s.publishOptions(ctx, req.GetVolumeId(), classOpts)
+	}
 	opts, err := mountopts.Parse(classOpts.String(), vol.MountOptions.String())
 	if err == nil {
 		opts, err = s.policy.Apply(opts)
@@ -179,6 +182,22 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	}
 	s.track(req.GetVolumeId(), target, true)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publishOptions returns the mount options a VolumeAttributesClass set on
+// the volume in its record, in place of the StorageClass's classOpts; when
+// it set none, or the record cannot be read (logged), classOpts.
+func (s *Node) publishOptions(ctx context.Context, volumeID string, classOpts mountopts.Options) mountopts.Options {
+	rec, _, _, ok := s.record(ctx, volumeID, false)
+	if !ok || rec == nil || rec.PublishOptions == nil {
+		return classOpts
+	}
+	opts, err := mountopts.Parse(*rec.PublishOptions)
+	if err != nil {
+		klog.Warningf("volume %s: its record's mount options %q: %v; using the StorageClass's", volumeID, *rec.PublishOptions, err)
+		return classOpts
+	}
+	return opts
 }
 
 // checkInline applies the inline-volume rules to a CSI inline volume, whose
@@ -311,8 +330,49 @@ func (s *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 }
 
 // noViewFor is how long a share whose records could not be read is left
-// to statfs alone before they are tried again.
+// alone before they are tried again.
 const noViewFor = time.Minute
+
+// record reads the record of an nfsdir volume ID on its share (with
+// figure, its usage figure too), through the node's read-only mount of the
+// share, within statsTimeout. ok is false when there is nothing to read
+// (another driver's ID, no read-only mounts) or it could not be read (the
+// error is logged and the share not tried again for noViewFor); rec is nil
+// for a volume without a record.
+func (s *Node) record(ctx context.Context, volumeID string, figure bool) (rec *provision.Record, fig capacity.Figure, counted, ok bool) {
+	id, err := volumeid.Parse(volumeID)
+	if s.views == nil || err != nil {
+		return nil, fig, false, false
+	}
+	exp := id.Export.String()
+	s.mu.Lock()
+	skip := time.Now().Before(s.noView[exp])
+	s.mu.Unlock()
+	if skip {
+		return nil, fig, false, false
+	}
+	vctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	err = s.views.View(vctx, id, func(v *provision.View) error {
+		var err error
+		if rec, err = v.Volume(id); err != nil || rec == nil || !figure {
+			return err
+		}
+		fig, counted, err = v.Figure(rec)
+		return err
+	})
+	if err != nil {
+		klog.Warningf("volume %s: reading its record on the share: %v; not tried again for %s", volumeID, err, noViewFor)
+		s.mu.Lock()
+		if s.noView == nil {
+			s.noView = map[string]time.Time{}
+		}
+		s.noView[exp] = time.Now().Add(noViewFor)
+		s.mu.Unlock()
+		return nil, fig, false, false
+	}
+	return rec, fig, counted, true
+}
 
 // volumeStats returns the volume's own figures: its recorded capacity as
 // total, the usage the controller last counted, and what it can still
@@ -323,43 +383,8 @@ const noViewFor = time.Minute
 // noViewFor). A volume nfsdir created and has not counted yet is new and
 // empty: it answers with nothing used.
 func (s *Node) volumeStats(ctx context.Context, volumeID string, u nfsmount.Usage) (capacity.Stats, bool) {
-	id, err := volumeid.Parse(volumeID)
-	if s.views == nil || err != nil {
-		return capacity.Stats{}, false
-	}
-	exp := id.Export.String()
-	s.mu.Lock()
-	skip := time.Now().Before(s.noView[exp])
-	s.mu.Unlock()
-	if skip {
-		return capacity.Stats{}, false
-	}
-	vctx, cancel := context.WithTimeout(ctx, statsTimeout)
-	defer cancel()
-	var (
-		rec     *provision.Record
-		fig     capacity.Figure
-		counted bool
-	)
-	err = s.views.View(vctx, id, func(v *provision.View) error {
-		var err error
-		if rec, err = v.Volume(id); err != nil || rec == nil {
-			return err
-		}
-		fig, counted, err = v.Figure(rec)
-		return err
-	})
-	if err != nil {
-		klog.Warningf("volume %s: reading its record and usage on the share: %v; reporting the export's statfs figures for %s", volumeID, err, noViewFor)
-		s.mu.Lock()
-		if s.noView == nil {
-			s.noView = map[string]time.Time{}
-		}
-		s.noView[exp] = time.Now().Add(noViewFor)
-		s.mu.Unlock()
-		return capacity.Stats{}, false
-	}
-	if rec == nil || (!counted && rec.Adopted) {
+	rec, fig, counted, ok := s.record(ctx, volumeID, true)
+	if !ok || rec == nil || (!counted && rec.Adopted) {
 		return capacity.Stats{}, false
 	}
 	return capacity.Report(rec.CapacityBytes, fig, capacity.Space{TotalBytes: u.TotalBytes, AvailableBytes: u.AvailableBytes,

@@ -3,6 +3,8 @@ package params
 import (
 	"strings"
 	"testing"
+
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
 )
 
 func TestParseCreate(t *testing.T) {
@@ -103,6 +105,54 @@ func FuzzParseCreate(f *testing.F) {
 		}
 		if strings.Contains("/"+c.SubDir+"/", "/../") || c.SubDir == "" {
 			t.Fatalf("accepted subDir %q", c.SubDir)
+		}
+	})
+}
+
+func TestParseMutable(t *testing.T) {
+	m, err := ParseMutable(map[string]string{"OnDelete": "Retain", "mountOptions": "nfsvers=4.2,nconnect=4"})
+	if err != nil || m.OnDelete != Retain || !m.HasMountOptions || m.MountOptions.String() != "nfsvers=4.2,nconnect=4" {
+		t.Fatalf("ParseMutable = %+v, %v", m, err)
+	}
+	if m, err := ParseMutable(map[string]string{"mountOptions": ""}); err != nil || !m.HasMountOptions || len(m.MountOptions) != 0 {
+		t.Fatalf("clearing mount options: %+v, %v", m, err)
+	}
+	for p, want := range map[string]string{
+		"subDir":       `"subDir" cannot change`,
+		"uid":          `"uid" cannot change`,
+		"XXX_FakeKey":  `unknown parameter "XXX_FakeKey"`,
+		"onDelete":     `onDelete "x" is not one of`,
+		"mountOptions": `"mountOptions"`,
+	} {
+		v := "x"
+		if p == "mountOptions" {
+			v = "bg"
+		}
+		if _, err := ParseMutable(map[string]string{p: v}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseMutable(%s=%s) = %v, want an error naming %s", p, v, err, want)
+		}
+	}
+	if _, err := ParseMutable(map[string]string{"onDelete": "retain", "ONDELETE": "delete"}); err == nil {
+		t.Error("a key given twice in different case was accepted")
+	}
+}
+
+func FuzzParseMutable(f *testing.F) {
+	f.Add("onDelete", "archive", "mountOptions", "nfsvers=4.1,hard")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		m, err := ParseMutable(map[string]string{k1: v1, k2: v2})
+		if err != nil {
+			return
+		}
+		if m.OnDelete != "" {
+			if _, err := ParseOnDelete(string(m.OnDelete)); err != nil {
+				t.Fatalf("accepted policy %q does not parse", m.OnDelete)
+			}
+		}
+		if m.HasMountOptions {
+			if _, err := mountopts.Parse(m.MountOptions.String()); err != nil {
+				t.Fatalf("accepted options %q do not parse again: %v", m.MountOptions, err)
+			}
 		}
 	})
 }

@@ -43,6 +43,9 @@ type Request struct {
 	// Options are the share mount options the volume ID carries, kept in
 	// the record so that a listing rebuilds the same ID.
 	Options string
+	// PublishOptions replace the StorageClass's mount options at publish
+	// (a VolumeAttributesClass's at creation); nil: none.
+	PublishOptions *string
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -89,7 +92,8 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options}
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
+		PublishOptions: req.PublishOptions}
 	key := rec.Key()
 	err := writeRecordExclusive(a.volumes, key, rec)
 	if errors.Is(err, fs.ErrExist) {
@@ -504,7 +508,7 @@ func (a *Area) checkNoVolumeAround(subDir string) error {
 
 func compatible(rec *Record, req Request) error {
 	var diffs []string
-	if rec.OnDelete != req.OnDelete {
+	if rec.OnDelete != req.OnDelete && !rec.Modified {
 		diffs = append(diffs, fmt.Sprintf("onDelete %s (requested %s)", rec.OnDelete, req.OnDelete))
 	}
 	if rec.Mode != req.Mode || rec.UID != req.UID || rec.GID != req.GID {
@@ -717,6 +721,41 @@ func (a *Area) Expand(id volumeid.ID, bytes int64) (*Record, error) {
 			return err
 		}
 		r.CapacityBytes = bytes
+		return nil
+	})
+	if err == nil && rec == nil {
+		err = fault.New(fault.NotFound, "volume %q does not exist", id.String())
+	}
+	return rec, err
+}
+
+// Change is what a VolumeAttributesClass changes in a volume.
+type Change struct {
+	OnDelete params.OnDelete // "": unchanged
+	// PublishOptions replace the mount options at the next publish; nil
+	// leaves them.
+	PublishOptions *string
+}
+
+// Modify applies c to the record of the volume of id and returns the
+// record, marked Modified. A volume that does not exist is NotFound; a
+// volume sharing its directory keeps onDelete retain (InvalidArgument).
+// As Expand, it updates the record only if it is still the one of id.
+func (a *Area) Modify(id volumeid.ID, c Change) (*Record, error) {
+	rec, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+		if r.SharedDir {
+			return fault.New(fault.NotFound, "volume %q does not exist", id.String())
+		}
+		if c.OnDelete != "" {
+			if r.Shared && c.OnDelete != params.Retain {
+				return fault.New(fault.InvalidArgument, "volume %q shares its directory with other volumes: its onDelete stays retain (asked for %s)", r.Name, c.OnDelete)
+			}
+			r.OnDelete = c.OnDelete
+		}
+		if c.PublishOptions != nil {
+			r.PublishOptions = c.PublishOptions
+		}
+		r.Modified = true
 		return nil
 	})
 	if err == nil && rec == nil {

@@ -74,6 +74,14 @@ type Record struct {
 	// records of an older nfsdir: a listing then uses the options the
 	// share is mounted with).
 	Options string `json:"options,omitempty"`
+	// PublishOptions, when set, replace the StorageClass's mount options
+	// at the volume's next NodePublishVolume (a VolumeAttributesClass's
+	// mountOptions; "" clears them).
+	PublishOptions *string `json:"publishOptions,omitempty"`
+	// Modified says a VolumeAttributesClass changed the volume's
+	// mutable settings (OnDelete, PublishOptions) since the StorageClass
+	// made it: a replayed CreateVolume no longer compares them.
+	Modified bool `json:"modified,omitempty"`
 }
 
 // describe names what the record stands for, in messages.

@@ -57,8 +57,9 @@ func newAccountant(cfg Accounting) *accountant {
 	return &accountant{cfg: cfg, walker: w, sem: make(chan struct{}, max(1, cfg.Workers)), ledger: map[string]*ledger{}}
 }
 
-// run starts a pass over every open share whose last pass is older than a
-// quarter of Every, until ctx ends.
+// account starts a pass over every share with an open Area whose last pass
+// is older than a quarter of Every (the list of records costs a READDIR
+// per ~100 volumes), checking every eighth of Every, until ctx ends.
 func (s *Set) account(ctx context.Context) {
 	ac := s.acct
 	tick := time.NewTicker(max(ac.cfg.Every/8, 500*time.Millisecond))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +85,10 @@ func render(t *testing.T, release string, set []string) *rendered {
 	t.Helper()
 	args := []string{"template", release, chartDir, "--namespace", "kube-system"}
 	for _, s := range set {
+		if v, ok := strings.CutPrefix(s, "--api-versions="); ok {
+			args = append(args, "--api-versions", v)
+			continue
+		}
 		args = append(args, "--set", s)
 	}
 	out, err := exec.Command(helm(t), args...).CombinedOutput()
@@ -443,5 +448,42 @@ func TestNodeHTTPBindsToThePodIP(t *testing.T) {
 	}
 	if out, err := exec.Command(helm(t), "template", "x", chartDir, "--set", "node.httpBind=localhost").CombinedOutput(); err == nil {
 		t.Errorf("httpBind=localhost accepted (kubelet's probe could not reach it):\n%s", out)
+	}
+}
+
+// TestVolumeAttributesClassFollowsTheCluster: with
+// feature.enableVolumeAttributesClass unset, the provisioner and the
+// resizer get the VolumeAttributesClass feature gate (and the provisioner
+// may read the classes) exactly when the cluster serves
+// VolumeAttributesClass in storage.k8s.io/v1beta1, the version the pinned
+// sidecars read (v1 alone does not do); true and false force it.
+func TestVolumeAttributesClassFollowsTheCluster(t *testing.T) {
+	const gate = "--feature-gates=VolumeAttributesClass=true"
+	for _, c := range []struct {
+		set  []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--api-versions=storage.k8s.io/v1/VolumeAttributesClass"}, false},
+		{[]string{"--api-versions=storage.k8s.io/v1beta1/VolumeAttributesClass"}, true},
+		{[]string{"feature.enableVolumeAttributesClass=true"}, true},
+		{[]string{"--api-versions=storage.k8s.io/v1beta1/VolumeAttributesClass", "feature.enableVolumeAttributesClass=false"}, false},
+	} {
+		r := render(t, "rel", c.set)
+		spec := r.deployments[0].Spec.Template.Spec
+		for _, name := range []string{"csi-provisioner", "csi-resizer"} {
+			if got := contains(container(t, spec, name).Args, gate); got != c.want {
+				t.Errorf("%v: %s has the VolumeAttributesClass gate: %v, want %v", c.set, name, got, c.want)
+			}
+		}
+		readers := 0
+		for _, rule := range r.clusterRole[0].Rules {
+			if slices.Contains(rule.Resources, "volumeattributesclasses") {
+				readers++
+			}
+		}
+		if want := map[bool]int{false: 1, true: 2}[c.want]; readers != want {
+			t.Errorf("%v: %d rules read volumeattributesclasses, want %d", c.set, readers, want)
+		}
 	}
 }

@@ -110,7 +110,11 @@ func startCluster(t *testing.T) *cluster {
 		"--kubelet-client-certificate="+p("kubelet-client.crt"), "--kubelet-client-key="+p("kubelet-client.key"),
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+p("sa.pub"),
 		"--service-account-signing-key-file="+p("sa.key"), "--authorization-mode=Node,RBAC",
-		"--kubelet-preferred-address-types=InternalIP")
+		"--kubelet-preferred-address-types=InternalIP",
+		// The pinned csi-provisioner v5.3.0 and csi-resizer v1.14.0
+		// read VolumeAttributesClasses through storage.k8s.io/v1beta1,
+		// which Kubernetes 1.34+ serves only when asked to.
+		"--runtime-config=storage.k8s.io/v1beta1=true")
 	c.waitFor("kube-apiserver /readyz", 5*time.Minute, func() (bool, error) {
 		_, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		return err == nil, err

@@ -52,6 +52,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"NonRootPodWithFSGroup", (*cluster).nonRootWithFSGroup},
 		{"ReadOnlyPod", (*cluster).readOnlyPod},
 		{"OnDeletePolicies", (*cluster).onDeletePolicies},
+		{"VolumeAttributesClassOnDelete", (*cluster).volumeAttributesClassOnDelete},
 		{"StaticVolume", (*cluster).staticVolume},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
@@ -209,13 +210,7 @@ func (c *cluster) readWriteMany() {
 // restarted.
 func (c *cluster) onlineExpansion() {
 	ctx := context.Background()
-	defer func() {
-		if c.t.Failed() { // the resizer's side of it
-			for _, p := range c.pods(driverNS, "app.kubernetes.io/name=nfsdir") {
-				c.t.Log(c.describePod(&p))
-			}
-		}
-	}()
+	defer c.dumpDriverOnFailure()
 	before := c.pods("default", "app=rwx")
 	patch := []byte(`{"spec":{"resources":{"requests":{"storage":"8Gi"}}}}`)
 	if _, err := c.kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "shared-data", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -236,9 +231,7 @@ func (c *cluster) onlineExpansion() {
 		pvSize, claimSize := pv.Spec.Capacity[corev1.ResourceStorage], pvc.Status.Capacity[corev1.ResourceStorage]
 		return pvSize.Value() == want && claimSize.Value() == want, fmt.Errorf("PV %s, claim status %s, conditions %v", pvSize.String(), claimSize.String(), pvc.Status.Conditions)
 	})
-	key := strings.Split(handle, "|")[3]
-	key = key[:strings.IndexByte(key, '.')]
-	record, err := os.Readlink(filepath.Join(serverDir, ".nfsdir", "volumes", key))
+	record, err := recordOnServer(handle)
 	if err != nil || !strings.Contains(record, fmt.Sprintf(`"capacityBytes":%d`, want)) {
 		c.t.Errorf("the record on the share: %q %v", record, err)
 	}
@@ -248,6 +241,74 @@ func (c *cluster) onlineExpansion() {
 		}
 	}
 	c.stage("claim shared-data expanded online to 8Gi; record on the share updated")
+}
+
+// dumpDriverOnFailure logs the driver's pods (their containers' arguments,
+// events and logs: the sidecars' side of a failed step) when the step
+// failed.
+func (c *cluster) dumpDriverOnFailure() {
+	if !c.t.Failed() {
+		return
+	}
+	for _, p := range c.pods(driverNS, "app.kubernetes.io/name=nfsdir") {
+		for _, ctr := range p.Spec.Containers {
+			c.t.Logf("pod %s container %s args %q", p.Name, ctr.Name, ctr.Args)
+		}
+		c.t.Log(c.describePod(&p))
+	}
+}
+
+// recordOnServer returns the text of the record on the server of the
+// volume with handle (its key is the ID's fourth field, up to the token).
+func recordOnServer(handle string) (string, error) {
+	f := strings.Split(handle, "|")
+	if len(f) < 4 || !strings.Contains(f[3], ".") {
+		return "", fmt.Errorf("volume handle %q is not an nfsdir ID", handle)
+	}
+	key := f[3][:strings.IndexByte(f[3], '.')]
+	return os.Readlink(filepath.Join(serverDir, ".nfsdir", "volumes", key))
+}
+
+// volumeAttributesClassOnDelete: a claim of the example StorageClass
+// (onDelete delete) is given a VolumeAttributesClass with onDelete retain
+// once bound and written; the real csi-resizer calls
+// ControllerModifyVolume, the claim's status names the class, the record on
+// the share says retain, and deleting the claim keeps the directory.
+func (c *cluster) volumeAttributesClassOnDelete() {
+	ctx := context.Background()
+	defer c.dumpDriverOnFailure()
+	c.create(c.testdata("vac.yaml"))
+	c.freshClaim("vac-claim")
+	pv := c.boundPV("default", "vac-claim")
+	patch := []byte(`{"spec":{"volumeAttributesClassName":"nfsdir-keep"}}`)
+	if _, err := c.kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "vac-claim", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("claim vac-claim has class nfsdir-keep", 3*time.Minute, func() (bool, error) {
+		pvc, err := c.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "vac-claim", metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		cur := pvc.Status.CurrentVolumeAttributesClassName
+		return cur != nil && *cur == "nfsdir-keep", fmt.Errorf("current class %v, status %+v", cur, pvc.Status.ModifyVolumeStatus)
+	})
+	if record, err := recordOnServer(pv.Spec.CSI.VolumeHandle); err != nil || !strings.Contains(record, `"onDelete":"retain"`) {
+		c.t.Errorf("the record on the share: %q %v", record, err)
+	}
+	c.kube.CoreV1().Pods("default").Delete(ctx, "vac-claim", metav1.DeleteOptions{})
+	if err := c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "vac-claim", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("volume of vac-claim deleted", 3*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1GetOptions)
+		return apierrors.IsNotFound(err), err
+	}, "kubelet")
+	proof := filepath.Join(serverDir, "default", "vac-claim", "proof")
+	if b, err := os.ReadFile(proof); err != nil || string(b) != "written-by-vac-claim\n" {
+		c.t.Errorf("a volume whose class says onDelete retain lost its data: %q %v", b, err)
+	}
+	os.RemoveAll(filepath.Dir(proof))
+	c.stage("VolumeAttributesClass nfsdir-keep applied to a bound claim; its directory outlived it")
 }
 
 // volumeStatsPerClaim: a pod writes 6 MiB into a 64Mi claim; kubelet's

@@ -29,6 +29,7 @@ var resources = map[string]schema.GroupVersionResource{
 	"PersistentVolume":      {Version: "v1", Resource: "persistentvolumes"},
 	"Deployment":            {Group: "apps", Version: "v1", Resource: "deployments"},
 	"StorageClass":          {Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"},
+	"VolumeAttributesClass": {Group: "storage.k8s.io", Version: "v1", Resource: "volumeattributesclasses"},
 	"Namespace":             {Version: "v1", Resource: "namespaces"},
 }
 

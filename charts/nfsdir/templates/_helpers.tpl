@@ -62,3 +62,14 @@ through another interface; or every address.
       fieldPath: status.podIP
 {{- end }}
 {{- end -}}
+
+{{/*
+"true" when the sidecars pass VolumeAttributesClass parameters to the
+driver: feature.enableVolumeAttributesClass, or when null whether the
+cluster serves VolumeAttributesClass in storage.k8s.io/v1beta1, the version
+the pinned csi-provisioner (v5.3.0) and csi-resizer (v1.14.0) read.
+*/}}
+{{- define "nfsdir.vac" -}}
+{{- $v := .Values.feature.enableVolumeAttributesClass -}}
+{{- if kindIs "bool" $v -}}{{ $v }}{{- else -}}{{ .Capabilities.APIVersions.Has "storage.k8s.io/v1beta1/VolumeAttributesClass" }}{{- end -}}
+{{- end -}}
