@@ -54,6 +54,7 @@ type Node struct {
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
 	noView    map[string]time.Time       // export -> until when its records are not tried again
+	viewReads map[string]int             // export -> record reads in flight
 }
 
 var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
@@ -188,7 +189,7 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 // the volume in its record, in place of the StorageClass's classOpts; when
 // it set none, or the record cannot be read (logged), classOpts.
 func (s *Node) publishOptions(ctx context.Context, volumeID string, classOpts mountopts.Options) mountopts.Options {
-	rec, _, _, ok := s.record(ctx, volumeID, false)
+	rec, _, _, ok := s.record(ctx, volumeID, false, publishViewWait)
 	if !ok || rec == nil || rec.PublishOptions == nil {
 		return classOpts
 	}
@@ -333,36 +334,72 @@ func (s *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 // alone before they are tried again.
 const noViewFor = time.Minute
 
+// maxViewReads bounds the record reads in flight per share: a read stuck
+// in the kernel on a dead server (a hard mount) cannot be stopped, so at
+// most this many goroutines wait on one share, whatever the call rate.
+const maxViewReads = 4
+
+// publishViewWait is how long NodePublishVolume waits for a volume's
+// record before it mounts with the StorageClass's options.
+const publishViewWait = 3 * time.Second
+
 // record reads the record of an nfsdir volume ID on its share (with
 // figure, its usage figure too), through the node's read-only mount of the
-// share, within statsTimeout. ok is false when there is nothing to read
-// (another driver's ID, no read-only mounts) or it could not be read (the
-// error is logged and the share not tried again for noViewFor); rec is nil
-// for a volume without a record.
-func (s *Node) record(ctx context.Context, volumeID string, figure bool) (rec *provision.Record, fig capacity.Figure, counted, ok bool) {
+// share. The caller waits at most wait (and ctx); the read itself runs
+// apart, bounded by statsTimeout where the kernel allows. ok is false when
+// there is nothing to read (another driver's ID, no read-only mounts) or
+// it could not be read in time (logged; the share is then left alone for
+// noViewFor); rec is nil for a volume without a record.
+func (s *Node) record(ctx context.Context, volumeID string, figure bool, wait time.Duration) (rec *provision.Record, fig capacity.Figure, counted, ok bool) {
 	id, err := volumeid.Parse(volumeID)
 	if s.views == nil || err != nil {
 		return nil, fig, false, false
 	}
 	exp := id.Export.String()
 	s.mu.Lock()
-	skip := time.Now().Before(s.noView[exp])
-	s.mu.Unlock()
-	if skip {
+	if time.Now().Before(s.noView[exp]) || s.viewReads[exp] >= maxViewReads {
+		s.mu.Unlock()
 		return nil, fig, false, false
 	}
-	vctx, cancel := context.WithTimeout(ctx, statsTimeout)
-	defer cancel()
-	err = s.views.View(vctx, id, func(v *provision.View) error {
-		var err error
-		if rec, err = v.Volume(id); err != nil || rec == nil || !figure {
+	if s.viewReads == nil {
+		s.viewReads = map[string]int{}
+	}
+	s.viewReads[exp]++
+	s.mu.Unlock()
+	type result struct {
+		rec     *provision.Record
+		fig     capacity.Figure
+		counted bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { s.mu.Lock(); s.viewReads[exp]--; s.mu.Unlock() }()
+		vctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+		defer cancel()
+		var r result
+		r.err = s.views.View(vctx, id, func(v *provision.View) error {
+			var err error
+			if r.rec, err = v.Volume(id); err != nil || r.rec == nil || !figure {
+				return err
+			}
+			r.fig, r.counted, err = v.Figure(r.rec)
 			return err
-		}
-		fig, counted, err = v.Figure(rec)
-		return err
-	})
-	if err != nil {
-		klog.Warningf("volume %s: reading its record on the share: %v; not tried again for %s", volumeID, err, noViewFor)
+		})
+		done <- r
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-t.C:
+		r.err = fmt.Errorf("no answer within %s", wait)
+	case <-ctx.Done():
+		r.err = ctx.Err()
+	}
+	if r.err != nil {
+		klog.Warningf("volume %s: reading its record on the share: %v; not tried again for %s", volumeID, r.err, noViewFor)
 		s.mu.Lock()
 		if s.noView == nil {
 			s.noView = map[string]time.Time{}
@@ -371,7 +408,7 @@ func (s *Node) record(ctx context.Context, volumeID string, figure bool) (rec *p
 		s.mu.Unlock()
 		return nil, fig, false, false
 	}
-	return rec, fig, counted, true
+	return r.rec, r.fig, r.counted, true
 }
 
 // volumeStats returns the volume's own figures: its recorded capacity as
@@ -383,7 +420,7 @@ func (s *Node) record(ctx context.Context, volumeID string, figure bool) (rec *p
 // noViewFor). A volume nfsdir created and has not counted yet is new and
 // empty: it answers with nothing used.
 func (s *Node) volumeStats(ctx context.Context, volumeID string, u nfsmount.Usage) (capacity.Stats, bool) {
-	rec, fig, counted, ok := s.record(ctx, volumeID, true)
+	rec, fig, counted, ok := s.record(ctx, volumeID, true, statsTimeout)
 	if !ok || rec == nil || (!counted && rec.Adopted) {
 		return capacity.Stats{}, false
 	}
