@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -326,11 +327,27 @@ func (m *Manager) Close(ctx context.Context) {
 // instead of the options themselves.
 func (m *Manager) RememberOptions(digest string, opts mountopts.Options) error {
 	p := filepath.Join(m.dir, "options", digest)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(opts.String()), 0o600); err != nil {
+	text := opts.String()
+	if b, err := os.ReadFile(p); err == nil && string(b) == text {
+		return nil // known already: listings rebuild many IDs
+	}
+	// A name of its own per call: concurrent calls for one digest
+	// (creates, listings) must not rename each other's file away.
+	f, err := os.CreateTemp(filepath.Dir(p), digest+".tmp.*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, p)
+	_, werr := f.WriteString(text)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), p); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
 }
 
 // LookupOptions returns the options stored for digest. The error is

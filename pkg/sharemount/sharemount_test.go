@@ -181,3 +181,30 @@ func TestCloseUnmountsEverything(t *testing.T) {
 		t.Errorf("still mounted after Close: %v", f.Actions())
 	}
 }
+
+// TestConcurrentRememberOptionsAllSucceed: creates and listings remember
+// the same options at once; none may rename another's file away, and
+// nothing temporary is left.
+func TestConcurrentRememberOptionsAllSucceed(t *testing.T) {
+	m, _, _ := setup(t)
+	opts, _ := mountopts.Parse("nfsvers=4.2,sec=sys")
+	errs := make(chan error, 32)
+	for i := range 32 {
+		go func() {
+			o := opts
+			if i%2 == 1 {
+				o, _ = mountopts.Parse("nfsvers=4.1")
+			}
+			errs <- m.RememberOptions("0123456789abcdef", o)
+		}()
+	}
+	for range 32 {
+		if err := <-errs; err != nil {
+			t.Errorf("RememberOptions: %v", err)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(m.dir, "options"))
+	if len(ents) != 1 {
+		t.Errorf("options directory holds %d entries, want 1", len(ents))
+	}
+}

@@ -52,8 +52,10 @@ func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]L
 		if k.e.String() == afterExport {
 			after = afterKey
 		}
-		sctx, cancel := context.WithTimeout(ctx, listShareTimeout)
-		err := s.On(sctx, k.e, k.opts, false, func(a *provision.Area, share *Share) error {
+		// fn fills a page of its own: after a timeout it may still run,
+		// and must touch nothing of this call's.
+		room, page := max-len(out), []Listed(nil)
+		err := s.onShareBounded(ctx, k.e, k.opts, func(a *provision.Area, share *Share) error {
 			keys, err := a.VolumeKeys()
 			if err != nil {
 				return err
@@ -63,8 +65,7 @@ func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]L
 				if key == after {
 					continue
 				}
-				if max > 0 && len(out) == max {
-					token = encodeToken(k.e.String(), out[len(out)-1].ID.Key)
+				if max > 0 && len(page) == room {
 					return errPageFull
 				}
 				l, err := s.listed(a, share, k.e, key, health)
@@ -72,16 +73,19 @@ func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]L
 					return err
 				}
 				if l != nil {
-					out = append(out, *l)
+					page = append(page, *l)
 				}
 			}
 			return nil
 		})
-		cancel()
 		switch {
 		case errors.Is(err, errPageFull):
-			return out, token, nil
-		case err == nil, errors.Is(err, provision.ErrNoArea):
+			out = append(out, page...)
+			last := out[len(out)-1].ID
+			return out, encodeToken(last.Export.String(), last.Key), nil
+		case err == nil:
+			out = append(out, page...)
+		case errors.Is(err, provision.ErrNoArea):
 		case ctx.Err() != nil:
 			return nil, "", fault.Wrap(fault.DeadlineExceeded, ctx.Err(), "listing volumes")
 		default:
@@ -92,6 +96,37 @@ func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]L
 }
 
 var errPageFull = errors.New("page full")
+
+// onShareBounded runs fn on the share as On does, but returns after
+// listShareTimeout (or ctx) even when fn is stuck in the kernel on a dead
+// server; until that fn returns, the share is left out of listings at once,
+// so at most one goroutine per share ever waits on it.
+func (s *Set) onShareBounded(ctx context.Context, e export.Export, opts mountopts.Options, fn func(*provision.Area, *Share) error) error {
+	name := e.String()
+	s.mu.Lock()
+	if s.listing[name] {
+		s.mu.Unlock()
+		return fault.New(fault.Unavailable, "an earlier listing of share %s still waits for its server", name)
+	}
+	if s.listing == nil {
+		s.listing = map[string]bool{}
+	}
+	s.listing[name] = true
+	s.mu.Unlock()
+	sctx, cancel := context.WithTimeout(ctx, listShareTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		defer func() { s.mu.Lock(); delete(s.listing, name); s.mu.Unlock() }()
+		done <- s.On(sctx, e, opts, false, fn)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-sctx.Done():
+		return fault.Wrap(fault.DeadlineExceeded, sctx.Err(), "share %s did not answer within %s", name, listShareTimeout)
+	}
+}
 
 // listed returns the volume recorded under key, or nil for a key that
 // holds no volume (gone, or a shared directory's record).

@@ -62,3 +62,41 @@ func TestListPagesAcrossSharesByPosition(t *testing.T) {
 		t.Errorf("List with a made-up token: %v", err)
 	}
 }
+
+// TestListPagesOfEverySize: whatever the page size, a page that fills up
+// exactly at the end of one share hands out a token that resumes at the
+// start of the next, and every volume is listed once.
+func TestListPagesOfEverySize(t *testing.T) {
+	s, f, e, _ := setup(t, 0)
+	e2, _ := export.New("nfs.example", "/other")
+	os.MkdirAll(f.ExportDir(e2.Server, e2.Share), 0o755)
+	opts := mountopts.Options{"nfsvers=4.1"}
+	for i := range 4 {
+		create(t, s, e, opts, fmt.Sprint("a-", i))
+		create(t, s, e2, opts, fmt.Sprint("b-", i))
+	}
+	for size := 1; size <= 9; size++ {
+		got := map[string]int{}
+		token := ""
+		for pages := 0; pages < 20; pages++ {
+			vols, next, err := s.List(context.Background(), token, size, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vols {
+				got[v.ID.String()]++
+			}
+			if token = next; token == "" {
+				break
+			}
+		}
+		if len(got) != 8 {
+			t.Errorf("pages of %d: listed %d volumes, want 8", size, len(got))
+		}
+		for id, n := range got {
+			if n != 1 {
+				t.Errorf("pages of %d: %s listed %d times", size, id, n)
+			}
+		}
+	}
+}

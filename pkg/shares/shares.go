@@ -39,8 +39,9 @@ type Set struct {
 	// mu covers the map only: every share needs it, so nothing that
 	// touches a share (opening or closing an Area, listing its trash)
 	// runs under it.
-	mu    sync.Mutex
-	areas map[string]*openArea // by share mount point
+	mu      sync.Mutex
+	areas   map[string]*openArea // by share mount point
+	listing map[string]bool      // by export: a listing runs on it (List)
 }
 
 // Config says where a Set keeps its mounts and how it works.

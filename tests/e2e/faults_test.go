@@ -292,7 +292,7 @@ func recordNames(t *testing.T) []string {
 
 // TestControllerCallsBoundedOnDeadServer: with the server gone after the
 // controller mounted the share, CreateVolume, DeleteVolume,
-// ValidateVolumeCapabilities and GetCapacity return by their deadline
+// ValidateVolumeCapabilities, GetCapacity and ListVolumes return by their deadline
 // (DeadlineExceeded or Aborted, never a hang), Probe keeps answering, and
 // after the server returns the retried calls converge.
 func TestControllerCallsBoundedOnDeadServer(t *testing.T) {
@@ -340,6 +340,17 @@ func TestControllerCallsBoundedOnDeadServer(t *testing.T) {
 		if r, err := c.Identity.Probe(lab.Ctx(t, 2*time.Second), &csi.ProbeRequest{}); err != nil || !r.GetReady().GetValue() {
 			t.Errorf("Probe during the outage: %v %v", r, err)
 		}
+		// A listing returns by its deadline too, or at once without the
+		// dead share while an earlier listing still waits on it.
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		start := time.Now()
+		_, err := c.Controller.ListVolumes(ctx, &csi.ListVolumesRequest{})
+		took := time.Since(start)
+		cancel()
+		if (err != nil && !bounded[status.Code(err)]) || took > 15*time.Second {
+			t.Errorf("round %d: ListVolumes on a dead server: %v after %s", round, err, took.Round(time.Millisecond))
+		}
+		t.Logf("round %d: ListVolumes: %s after %s", round, status.Code(err), took.Round(time.Millisecond))
 	}
 	lab.StartNFSServer(t)
 	restarted = true
