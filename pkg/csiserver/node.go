@@ -374,7 +374,6 @@ func (s *Node) record(ctx context.Context, volumeID string, figure bool, wait ti
 	}
 	done := make(chan result, 1)
 	go func() {
-		defer func() { s.mu.Lock(); s.viewReads[exp]--; s.mu.Unlock() }()
 		vctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
 		defer cancel()
 		var r result
@@ -386,6 +385,11 @@ func (s *Node) record(ctx context.Context, volumeID string, figure bool, wait ti
 			r.fig, r.counted, err = v.Figure(r.rec)
 			return err
 		})
+		// Released before answering: a call that follows at once must
+		// find the read free.
+		s.mu.Lock()
+		s.viewReads[exp]--
+		s.mu.Unlock()
 		done <- r
 	}()
 	t := time.NewTimer(wait)

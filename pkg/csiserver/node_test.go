@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
@@ -399,5 +401,38 @@ func TestHealthAfterRestartReadsKubeletsTargets(t *testing.T) {
 	r, err = restarted.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: other.VolumeId})
 	if err != nil || len(r.GetVolumeHealth().GetHealthStatuses()) != 0 {
 		t.Errorf("health of a live volume after a restart: %v %v", r, err)
+	}
+}
+
+// TestRecordReadsBackToBackAllAnswer: record reads called back to back
+// by as many callers as reads may be in flight per share all read the
+// record, never refused because an earlier read had answered but not yet
+// given back its place (the stats would then fall back to the export's
+// statfs).
+func TestRecordReadsBackToBackAllAnswer(t *testing.T) {
+	conn, m := startFake(t)
+	v := createFake(t, csi.NewControllerClient(conn), "pvc-stats", nil)
+	views, err := shares.New(shares.Config{StateDir: filepath.Join(t.TempDir(), "views"), MountTimeout: time.Minute}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer views.Close(ctx)
+	node := &Node{views: views}
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for range maxViewReads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				if rec, _, _, ok := node.record(ctx, v.VolumeId, true, time.Minute); !ok || rec == nil {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Errorf("%d of %d record reads refused or empty", n, 2000*maxViewReads)
 	}
 }

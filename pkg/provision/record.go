@@ -105,6 +105,20 @@ func (r *Record) Key() string {
 	return volumeid.KeyForDir(r.SubDir)
 }
 
+// ErrBadRecord marks a record that was read but cannot be used: not
+// JSON, another format version, an unsafe directory, or stored under
+// another key. It is the record's fault, not the server's.
+var ErrBadRecord = errors.New("unusable record")
+
+type badRecordError struct{ msg string }
+
+func (e *badRecordError) Error() string        { return e.msg }
+func (e *badRecordError) Is(target error) bool { return target == ErrBadRecord }
+
+func badRecord(format string, args ...any) error {
+	return &badRecordError{fmt.Sprintf(format, args...)}
+}
+
 // readRecord returns the record stored under key, or nil when there is none.
 func readRecord(volumes *os.Root, key string) (*Record, error) {
 	return readAside(volumes, key, key)
@@ -122,16 +136,16 @@ func readAside(volumes *os.Root, key, name string) (*Record, error) {
 	}
 	var r Record
 	if err := json.Unmarshal([]byte(b), &r); err != nil {
-		return nil, fmt.Errorf("volume record %s is corrupt: %w", recordPath(name), err)
+		return nil, badRecord("volume record %s is corrupt: %v", recordPath(name), err)
 	}
 	if r.Version != RecordVersion {
-		return nil, fmt.Errorf("volume record %s has format version %d; this nfsdir reads version %d", recordPath(key), r.Version, RecordVersion)
+		return nil, badRecord("volume record %s has format version %d; this nfsdir reads version %d", recordPath(key), r.Version, RecordVersion)
 	}
 	if err := safepath.CheckVolumePath(r.SubDir); err != nil {
-		return nil, fmt.Errorf("volume record %s names an unsafe directory: %v", recordPath(key), err)
+		return nil, badRecord("volume record %s names an unsafe directory: %v", recordPath(key), err)
 	}
 	if r.Key() != key {
-		return nil, fmt.Errorf("volume record %s does not match its key", recordPath(key))
+		return nil, badRecord("volume record %s does not match its key", recordPath(key))
 	}
 	return &r, nil
 }

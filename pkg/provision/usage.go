@@ -369,7 +369,8 @@ func (a *Area) Health(rec *Record) ([]Problem, error) {
 	var out []Problem
 	st, err := FreshLstat(a.root, rec.SubDir)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		// ENOTDIR: a parent on the way is no longer a directory.
 		return append(out, Problem{Reason: "DirectoryMissing", Lost: true,
 			Message: fmt.Sprintf("directory %q of %s is gone from the share", rec.SubDir, rec.describe())}), nil
 	case err != nil:

@@ -117,8 +117,13 @@ func (s *Set) onShareBounded(ctx context.Context, e export.Export, opts mountopt
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		defer func() { s.mu.Lock(); delete(s.listing, name); s.mu.Unlock() }()
-		done <- s.On(sctx, e, opts, false, fn)
+		err := s.On(sctx, e, opts, false, fn)
+		// Unmarked before the answer is handed over: a listing that
+		// follows this one at once must find the share free.
+		s.mu.Lock()
+		delete(s.listing, name)
+		s.mu.Unlock()
+		done <- err
 	}()
 	select {
 	case err := <-done:
@@ -132,6 +137,11 @@ func (s *Set) onShareBounded(ctx context.Context, e export.Export, opts mountopt
 // holds no volume (gone, or a shared directory's record).
 func (s *Set) listed(a *provision.Area, share *Share, e export.Export, key string, health bool) (*Listed, error) {
 	rec, err := a.Record(key)
+	if errors.Is(err, provision.ErrBadRecord) {
+		// One unusable record hides no other volume of the share.
+		klog.Warningf("listing volumes: share %s: %v; left out", e, err)
+		return nil, nil
+	}
 	if err != nil || rec == nil || rec.SharedDir {
 		return nil, err
 	}

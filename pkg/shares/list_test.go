@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
@@ -98,5 +100,55 @@ func TestListPagesOfEverySize(t *testing.T) {
 				t.Errorf("pages of %d: %s listed %d times", size, id, n)
 			}
 		}
+	}
+}
+
+// TestListBackToBackNeverLeavesAShareOut: a listing that follows the one
+// before at once lists every volume: the mark that keeps a second listing
+// off a share whose server hangs is gone by the time a listing returns.
+func TestListBackToBackNeverLeavesAShareOut(t *testing.T) {
+	s, _, e, _ := setup(t, 0)
+	opts := mountopts.Options{"nfsvers=4.1"}
+	for i := range 3 {
+		create(t, s, e, opts, fmt.Sprint("a-", i))
+	}
+	ctx := context.Background()
+	for i := range 3000 {
+		vols, _, err := s.List(ctx, "", 0, false)
+		if err != nil || len(vols) != 3 {
+			t.Fatalf("listing %d: %d volumes, %v", i, len(vols), err)
+		}
+	}
+}
+
+// TestListOneBadVolumeHidesNoOther: a record nobody can read (garbage, or
+// a later format) is left out of a listing and the rest of the share is
+// listed; a volume whose parent directory became a file is listed with its
+// directory missing.
+func TestListOneBadVolumeHidesNoOther(t *testing.T) {
+	s, f, e, _ := setup(t, 0)
+	opts := mountopts.Options{"nfsvers=4.1"}
+	good := create(t, s, e, opts, "a-good")
+	gone := create(t, s, e, opts, "b-parent/vol")
+	root := f.ExportDir(e.Server, e.Share)
+	if err := os.Symlink("{not json", filepath.Join(root, ".nfsdir/volumes/zzzzzzzzzzzzzzzzzzzz")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, "b-parent"), filepath.Join(root, "b-moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "b-parent"), []byte("a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vols, _, err := s.List(context.Background(), "", 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, v := range vols {
+		got[v.ID.String()] = fmt.Sprint(v.Problems)
+	}
+	if len(got) != 2 || got[good.String()] != "[]" || !strings.Contains(got[gone.String()], "DirectoryMissing") {
+		t.Errorf("listed %v", got)
 	}
 }
