@@ -280,9 +280,6 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 		return onShare(err, "create %q", rec.SubDir)
 	}
 	err = a.seal(key, rec)
-	if err == nil {
-		err = setOwnerAndMode(a.root, rec)
-	}
 	if err != nil && !fresh {
 		return err // the record stays; a retry finds the directory sealed or unfinished
 	}
@@ -377,6 +374,19 @@ func handleDigest(root *os.Root, p string) string {
 	if err != nil {
 		return ""
 	}
+	return digestOf(h)
+}
+
+// fdHandleDigest is handleDigest of the file open as f.
+func fdHandleDigest(f *os.File) string {
+	h, _, err := unix.NameToHandleAt(int(f.Fd()), "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		return ""
+	}
+	return digestOf(h)
+}
+
+func digestOf(h unix.FileHandle) string {
 	sum := sha256.Sum256(append(binary.BigEndian.AppendUint32(nil, uint32(h.Type())), h.Bytes()...))
 	return hex.EncodeToString(sum[:16])
 }
@@ -389,21 +399,60 @@ func (a *Area) dropRecord(key string, rec *Record) {
 	}
 }
 
-// seal records the identity (fileid) of the directory just made for rec in
-// its record, so that a directory put at the same path later is never
-// taken for it.
+// seal records the identity (fileid and file handle) of the directory
+// just made for rec in its record, so that a directory put at the same
+// path later is never taken for it, then gives it rec's owner and mode.
+// All of it goes through one descriptor of the directory: what gets the
+// owner and mode is what was sealed, whatever happens to the name
+// meanwhile, and the server is asked for the name once.
 func (a *Area) seal(key string, rec *Record) error {
-	id, err := fileID(a.root, rec.SubDir)
+	d, err := a.openDir(rec.SubDir)
 	if err != nil {
-		return err
+		return onShare(err, "open %q", rec.SubDir)
+	}
+	defer d.Close()
+	st, err := d.Stat()
+	if err != nil {
+		return onShare(err, "check %q", rec.SubDir)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || !st.IsDir() {
+		return fault.New(fault.FailedPrecondition, "%q is not a directory (%s)", rec.SubDir, st.Mode().Type())
 	}
 	sealed := *rec
-	sealed.FileID, sealed.Handle = id, handleDigest(a.root, rec.SubDir)
+	sealed.FileID, sealed.Handle = sys.Ino, fdHandleDigest(d)
 	if err := rewriteRecord(a.volumes, key, &sealed); err != nil {
 		return err
 	}
 	*rec = sealed
+	if rec.UID >= 0 || rec.GID >= 0 {
+		if err := d.Chown(rec.UID, rec.GID); err != nil {
+			return onShare(err, "set owner %d:%d of %q", rec.UID, rec.GID, rec.SubDir)
+		}
+	}
+	// Chmod after chown: chown clears the setgid bit.
+	if err := d.Chmod(modeBits(rec.Mode)); err != nil {
+		return onShare(err, "set mode %04o of %q", rec.Mode, rec.SubDir)
+	}
 	return nil
+}
+
+// openDir opens the directory rel of the share without following any
+// symlink, on the way or at its end.
+func (a *Area) openDir(rel string) (*os.File, error) {
+	parent, err := a.openParent(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	fd, err := unix.Openat(int(parent.Fd()), path.Base(rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fs.ErrNotExist
+		}
+		return nil, fmt.Errorf("open %q: %w", rel, err)
+	}
+	return os.NewFile(uintptr(fd), rel), nil
 }
 
 // FreshLstat is Lstat of p below root after revalidating p's parent

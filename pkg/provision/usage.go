@@ -128,19 +128,10 @@ func (a *Area) Count(ctx context.Context, key string, w usage.Walker) (rec *Reco
 // openVolumeDir opens rec's directory without following any symlink and
 // checks it is the directory sealed into rec.
 func (a *Area) openVolumeDir(rec *Record) (int, error) {
-	parent, err := a.openParent(rec.SubDir)
+	f, err := a.openDir(rec.SubDir)
 	if err != nil {
 		return -1, err
 	}
-	defer parent.Close()
-	fd, err := unix.Openat(int(parent.Fd()), path.Base(rec.SubDir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return -1, fs.ErrNotExist
-		}
-		return -1, fmt.Errorf("open %q: %w", rec.SubDir, err)
-	}
-	f := os.NewFile(uintptr(fd), rec.SubDir)
 	st, err := f.Stat()
 	if err == nil {
 		err = a.checkSealed(rec, st)
