@@ -147,6 +147,11 @@ func main() {
 	os.MkdirAll(filepath.Join(bare, "bare-mkdir"), 0o755)
 
 	fmt.Printf("nfsdir bench in the lab guest (NFS %s over loopback, TCG emulation)\n", *vers)
+	b := &bench{ctx: ctx, ctl: ctl, node: node, vc: vc, create: create, work: work, bare: bare, export: export}
+	var sc *scaleRows
+	if *scale > 0 {
+		sc = b.scaleBefore()
+	}
 
 	// 0. The cost of a gRPC round trip alone, for context.
 	t0 := time.Now()
@@ -292,6 +297,11 @@ func main() {
 		}
 	}
 	add(fmt.Sprintf("NodePublishVolume, median of %d", *publishes), median(pub), median(mnt), "≤ 1.2× bare mount", true, "")
+
+	b.usageRows(fill)
+	if sc != nil {
+		sc.after()
+	}
 
 	exec.Command("umount", bare).Run()
 	if log, err := os.ReadFile(filepath.Join(work, "nfsdir.log")); err == nil {

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsdir/nfsdir/pkg/usage"
+	"github.com/nfsdir/nfsdir/tests/lab"
+)
+
+var (
+	scale     = flag.Int("scale", 10000, "volumes on the share for the scale rows (0: skip them)")
+	rounds    = flag.Int("rounds", 20, "calls timed per scale row")
+	statFiles = flag.Int("stat-files", 100000, "files in the volume whose stats and count are measured (0: skip)")
+	statCalls = flag.Int("stat-calls", 200, "NodeGetVolumeStats calls timed")
+	writerN   = flag.Int("writer-files", 1000, "4 KiB files the concurrent writer creates")
+)
+
+// pct returns the p-th percentile (0..100) of ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+// cpuTime returns the CPU time this process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// bench holds what the capacity and scale rows need of main's set-up.
+type bench struct {
+	ctx    context.Context
+	ctl    csi.ControllerClient
+	node   csi.NodeClient
+	vc     *csi.VolumeCapability
+	create func(name string) *csi.Volume
+	work   string
+	bare   string // the export mounted without nfsdir
+	export string // the export on the server's side
+}
+
+// publish mounts v on a new target under work and returns the target.
+func (b *bench) publish(v *csi.Volume, name string) string {
+	target := filepath.Join(b.work, name)
+	os.MkdirAll(target, 0o755)
+	if _, err := b.node.NodePublishVolume(b.ctx, &csi.NodePublishVolumeRequest{VolumeId: v.GetVolumeId(), TargetPath: target,
+		VolumeCapability: b.vc, VolumeContext: v.GetVolumeContext()}); err != nil {
+		die(err)
+	}
+	return target
+}
+
+func (b *bench) stats(v *csi.Volume, target string) *csi.NodeGetVolumeStatsResponse {
+	r, err := b.node.NodeGetVolumeStats(b.ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.GetVolumeId(), VolumePath: target})
+	if err != nil {
+		die(err)
+	}
+	return r
+}
+
+// scaleRound times rounds CreateVolume calls, NodeGetVolumeStats calls on
+// the published volume v, and DeleteVolume calls of the empty volumes just
+// made, one at a time; it returns each series and NFS calls per create and
+// per delete.
+func (b *bench) scaleRound(label string, v *csi.Volume, target string) (creates, stats, deletes []time.Duration, createCalls, deleteCalls int64) {
+	var vols []*csi.Volume
+	c0, ops := nfsCalls(), lab.NFSOps("")
+	for i := range *rounds {
+		t0 := time.Now()
+		vols = append(vols, b.create(fmt.Sprintf("pvc-scale-%s-%d", label, i)))
+		creates = append(creates, time.Since(t0))
+	}
+	createCalls = nfsCalls() - c0
+	fmt.Printf("  CreateVolume (%s): %s\n", label, opsSince(ops, *rounds))
+	for range *rounds {
+		t0 := time.Now()
+		b.stats(v, target)
+		stats = append(stats, time.Since(t0))
+	}
+	c0, ops = nfsCalls(), lab.NFSOps("")
+	for _, d := range vols {
+		t0 := time.Now()
+		if _, err := b.ctl.DeleteVolume(b.ctx, &csi.DeleteVolumeRequest{VolumeId: d.GetVolumeId()}); err != nil {
+			die(err)
+		}
+		deletes = append(deletes, time.Since(t0))
+	}
+	fmt.Printf("  DeleteVolume (%s): %s\n", label, opsSince(ops, *rounds))
+	return creates, stats, deletes, createCalls, nfsCalls() - c0
+}
+
+// bareRound times rounds mkdir and rmdir calls on the bare mount.
+func (b *bench) bareRound() (mkdirs, rmdirs []time.Duration, mkdirCalls, rmdirCalls int64) {
+	dir := filepath.Join(b.bare, "bare-scale")
+	os.MkdirAll(dir, 0o755)
+	c0 := nfsCalls()
+	for i := range *rounds {
+		t0 := time.Now()
+		if err := os.Mkdir(filepath.Join(dir, fmt.Sprint("d", i)), 0o770); err != nil {
+			die(err)
+		}
+		mkdirs = append(mkdirs, time.Since(t0))
+	}
+	mkdirCalls = nfsCalls() - c0
+	c0 = nfsCalls()
+	for i := range *rounds {
+		t0 := time.Now()
+		if err := os.Remove(filepath.Join(dir, fmt.Sprint("d", i))); err != nil {
+			die(err)
+		}
+		rmdirs = append(rmdirs, time.Since(t0))
+	}
+	return mkdirs, rmdirs, mkdirCalls, nfsCalls() - c0
+}
+
+// scaleRows measures CreateVolume, NodeGetVolumeStats and an empty
+// DeleteVolume with few volumes on the share (before) and again once the
+// share holds *scale volumes, then pages through them with ListVolumes.
+type scaleRows struct {
+	b                  *bench
+	v                  *csi.Volume
+	target             string
+	creates, stats     []time.Duration
+	deletes            []time.Duration
+	createsN, deletesN int64
+	volumes            int
+}
+
+func (b *bench) scaleBefore() *scaleRows {
+	s := &scaleRows{b: b, v: b.create("pvc-scale-stats")}
+	s.target = b.publish(s.v, "scale-stats")
+	b.scaleRound("warm-up", s.v, s.target) // the emulator translates code on first use
+	s.volumes = b.countVolumes()
+	s.creates, s.stats, s.deletes, s.createsN, s.deletesN = b.scaleRound("few", s.v, s.target)
+	mk, rm, mkN, rmN := b.bareRound()
+	add(fmt.Sprintf("CreateVolume p50 of %d, %d volumes on the share", *rounds, s.volumes), pct(s.creates, 50), pct(mk, 50), "", true,
+		perOp(s.createsN, mkN, *rounds))
+	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, %d volumes on the share", *rounds, s.volumes), pct(s.deletes, 50), pct(rm, 50), "", true,
+		perOp(s.deletesN, rmN, *rounds))
+	return s
+}
+
+func (s *scaleRows) after() {
+	b := s.b
+	have := b.countVolumes()
+	bulk := max(0, *scale-have)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range bulk {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			b.create(fmt.Sprintf("pvc-bulk-%d", i))
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("  %d volumes created in %s to reach %d\n", bulk, time.Since(t0).Round(time.Millisecond), *scale)
+	n := b.countVolumes()
+	creates, stats, deletes, createsN, deletesN := b.scaleRound("many", s.v, s.target)
+	add(fmt.Sprintf("CreateVolume p50 of %d, %d volumes on the share", *rounds, n), pct(creates, 50), pct(s.creates, 50), "vs few volumes", true,
+		perOp(createsN, s.createsN, *rounds))
+	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, %d volumes on the share", *rounds, n), pct(deletes, 50), pct(s.deletes, 50), "vs few volumes", true,
+		perOp(deletesN, s.deletesN, *rounds))
+	add(fmt.Sprintf("NodeGetVolumeStats p50 of %d, %d volumes on the share", *rounds, n), pct(stats, 50), pct(s.stats, 50), "vs few volumes", true, "")
+	// Paging through them all, 500 a page.
+	var pages []time.Duration
+	token, listed := "", 0
+	c0 := nfsCalls()
+	t0 = time.Now()
+	for {
+		p0 := time.Now()
+		r, err := b.ctl.ListVolumes(b.ctx, &csi.ListVolumesRequest{MaxEntries: 500, StartingToken: token})
+		if err != nil {
+			die(err)
+		}
+		pages = append(pages, time.Since(p0))
+		listed += len(r.Entries)
+		if token = r.NextToken; token == "" {
+			break
+		}
+	}
+	add(fmt.Sprintf("ListVolumes of all %d, 500 a page (%d pages)", listed, len(pages)), time.Since(t0), 0, fmt.Sprintf("page p50 %s", pct(pages, 50).Round(time.Millisecond)), false,
+		fmt.Sprintf("%.2f per volume", float64(nfsCalls()-c0)/float64(max(1, listed))))
+}
+
+// countVolumes lists the volumes on the share.
+func (b *bench) countVolumes() int {
+	n, token := 0, ""
+	for {
+		r, err := b.ctl.ListVolumes(b.ctx, &csi.ListVolumesRequest{MaxEntries: 1000, StartingToken: token})
+		if err != nil {
+			die(err)
+		}
+		n += len(r.Entries)
+		if token = r.NextToken; token == "" {
+			return n
+		}
+	}
+}
+
+// usageRows measures NodeGetVolumeStats on a volume of *statFiles files
+// against statfs (what other NFS drivers report), the count of that
+// volume (its walk, as the accountant does it, against `du -s`), and what
+// a count does to a writer on the same server.
+func (b *bench) usageRows(fill func(dir string, n, per int)) {
+	if *statFiles <= 0 {
+		return
+	}
+	v := b.create("pvc-usage")
+	fill(filepath.Join(b.export, "pvc-usage"), *statFiles, *perDir) // server side
+	target := b.publish(v, "usage")
+	// The figure: the accountant counts new volumes at its next pass.
+	t0 := time.Now()
+	var used int64
+	for time.Since(t0) < 20*time.Minute {
+		r := b.stats(v, target)
+		if used = r.Usage[1].Used; used > int64(*statFiles) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	fmt.Printf("  the accountant's figure showed %d inodes used after %s\n", used, time.Since(t0).Round(time.Second))
+	var st, sf []time.Duration
+	for range *statCalls {
+		t0 := time.Now()
+		b.stats(v, target)
+		st = append(st, time.Since(t0))
+		t0 = time.Now()
+		var fs unix.Statfs_t
+		if err := unix.Statfs(target, &fs); err != nil {
+			die(err)
+		}
+		sf = append(sf, time.Since(t0))
+	}
+	add(fmt.Sprintf("NodeGetVolumeStats p50, %d files (statfs p50 baseline)", *statFiles), pct(st, 50), pct(sf, 50), "", true, "")
+	add(fmt.Sprintf("NodeGetVolumeStats p99, %d files (statfs p99 baseline)", *statFiles), pct(st, 99), pct(sf, 99), "", true, "")
+
+	// The walk, unbounded, over the bare mount (cache on, as the
+	// accountant's share mount), against du -s.
+	dir := filepath.Join(b.bare, "pvc-usage")
+	walk := func(w usage.Walker) (usage.Result, time.Duration, time.Duration, int64) {
+		exec.Command("sh", "-c", "echo 2 > /proc/sys/vm/drop_caches").Run()
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			die(err)
+		}
+		defer unix.Close(fd)
+		c0, cpu0, t0 := nfsCalls(), cpuTime(), time.Now()
+		res, err := w.Count(b.ctx, fd)
+		if err != nil {
+			die(err)
+		}
+		return res, time.Since(t0), cpuTime() - cpu0, nfsCalls() - c0
+	}
+	res, took, cpu, calls := walk(usage.DefaultWalker)
+	exec.Command("sh", "-c", "echo 2 > /proc/sys/vm/drop_caches").Run()
+	c0, t0 := nfsCalls(), time.Now()
+	if out, err := exec.Command("du", "-s", dir).CombinedOutput(); err != nil {
+		die(fmt.Errorf("du: %v %s", err, out))
+	}
+	du, duCalls := time.Since(t0), nfsCalls()-c0
+	per := float64(res.Inodes) / 100000
+	add(fmt.Sprintf("count of %d entries, unbounded (du -s baseline)", res.Inodes), took, du,
+		fmt.Sprintf("CPU %s per 100,000", time.Duration(float64(cpu)/per).Round(time.Millisecond)), true,
+		fmt.Sprintf("%.0f vs %.0f per 100,000", float64(calls)/per, float64(duCalls)/per))
+
+	// A writer creating small files in another directory, alone and
+	// during a count at the default rate and unbounded.
+	writer := func(name string) time.Duration {
+		d := filepath.Join(b.bare, "writer-"+name)
+		os.MkdirAll(d, 0o755)
+		data := make([]byte, 4096)
+		t0 := time.Now()
+		for i := range *writerN {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprint("f", i)), data, 0o644); err != nil {
+				die(err)
+			}
+		}
+		return time.Since(t0)
+	}
+	during := func(name string, w usage.Walker) (time.Duration, time.Duration) {
+		ctx, cancel := context.WithCancel(b.ctx)
+		defer cancel()
+		done := make(chan time.Duration, 1)
+		go func() {
+			fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				die(err)
+			}
+			defer unix.Close(fd)
+			t0 := time.Now()
+			w.Count(ctx, fd)
+			done <- time.Since(t0)
+		}()
+		took := writer(name)
+		cancel()
+		return took, <-done
+	}
+	alone := writer("alone")
+	paced := usage.DefaultWalker
+	paced.Limit = &usage.Rate{PerSecond: 2000, Burst: 200}
+	withPaced, _ := during("paced", paced)
+	withFree, _ := during("free", usage.DefaultWalker)
+	add(fmt.Sprintf("writer of %d 4 KiB files during a count at 2000 entries/s", *writerN), withPaced, alone, "vs the writer alone", true, "")
+	add(fmt.Sprintf("writer of %d 4 KiB files during an unbounded count", *writerN), withFree, alone, "vs the writer alone", true, "")
+}
+
+// opsSince formats the operations sent since before, per op of n.
+func opsSince(before map[string]int64, n int) string {
+	var parts []string
+	for op, v := range lab.NFSOps("") {
+		if d := v - before[op]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", op, float64(d)/float64(n)))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
