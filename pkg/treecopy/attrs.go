@@ -1,0 +1,136 @@
+package treecopy
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// times returns the access and modification times of st.
+func times(st *unix.Stat_t) []unix.Timespec {
+	return []unix.Timespec{st.Atim, st.Mtim}
+}
+
+// setAttrs gives the copy dst the owner, mode, extended attributes and
+// times of the source src (a regular file or a directory), in that order:
+// chown clears the setuid and setgid bits and file capabilities, and
+// everything but setting the times changes the ctime only.
+func (r *copyRun) setAttrs(src, dst *os.File, st *unix.Stat_t) error {
+	dfd := int(dst.Fd())
+	if err := unix.Fchown(dfd, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(dfd, st.Mode&0o7777); err != nil {
+		return err
+	}
+	if err := r.copyXattrs(int(src.Fd()), dfd); err != nil {
+		return err
+	}
+	return unix.UtimesNanoAt(dfd, "", times(st), unix.AT_EMPTY_PATH)
+}
+
+// setAttrsAt gives the copy name below dfd (a FIFO, never opened) the
+// owner, mode and times of st. Extended attributes in the user namespace
+// exist only on regular files and directories.
+func (r *copyRun) setAttrsAt(_, dfd int, name string, st *unix.Stat_t) error {
+	if err := unix.Fchownat(dfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if err := unix.Fchmodat(dfd, name, st.Mode&0o7777, 0); err != nil {
+		return err
+	}
+	return unix.UtimesNanoAt(dfd, name, times(st), unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// setLinkAttrs gives the symlink name below dfd the owner and times of st
+// (a symlink has no mode of its own).
+func (r *copyRun) setLinkAttrs(dfd int, name string, st *unix.Stat_t) error {
+	if err := unix.Fchownat(dfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return unix.UtimesNanoAt(dfd, name, times(st), unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// xattrRefused tells whether err says the copy's file system does not
+// take an attribute (its namespace, its size, or this user): the copy goes
+// on without it, counted.
+func xattrRefused(err error) bool {
+	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EPERM) ||
+		errors.Is(err, unix.EACCES) || errors.Is(err, unix.E2BIG) || errors.Is(err, unix.ERANGE) || errors.Is(err, unix.EINVAL)
+}
+
+// copyXattrs copies the extended attributes of sfd to dfd.
+func (r *copyRun) copyXattrs(sfd, dfd int) error {
+	names, err := listXattrs(sfd)
+	if err != nil {
+		if xattrRefused(err) {
+			return nil // none on the source's file system
+		}
+		return err
+	}
+	for _, name := range names {
+		val, err := getXattr(sfd, name)
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed meanwhile
+		}
+		if err == nil {
+			err = unix.Fsetxattr(dfd, name, val, 0)
+		}
+		if err != nil {
+			if !xattrRefused(err) {
+				return err
+			}
+			r.skipped.Add(1)
+		}
+	}
+	return nil
+}
+
+// listXattrs returns the names of fd's extended attributes.
+func listXattrs(fd int) ([]string, error) {
+	for {
+		n, err := unix.Flistxattr(fd, nil)
+		if err != nil || n == 0 {
+			return nil, err
+		}
+		buf := make([]byte, n)
+		n, err = unix.Flistxattr(fd, buf)
+		if errors.Is(err, unix.ERANGE) {
+			continue // grew meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		start := 0
+		for i, b := range buf[:n] {
+			if b == 0 {
+				if i > start {
+					names = append(names, string(buf[start:i]))
+				}
+				start = i + 1
+			}
+		}
+		return names, nil
+	}
+}
+
+// getXattr returns the value of fd's extended attribute name.
+func getXattr(fd int, name string) ([]byte, error) {
+	for {
+		n, err := unix.Fgetxattr(fd, name, nil)
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, n)
+		n, err = unix.Fgetxattr(fd, name, buf)
+		if errors.Is(err, unix.ERANGE) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+}

@@ -1,0 +1,736 @@
+// Package treecopy copies a directory tree into an empty directory, as
+// snapshots, restores and clones need: it never follows a symlink, never
+// opens a FIFO, never leaves the file system it starts on, holds a bounded
+// number of descriptors and directory entries whatever the tree's depth or
+// width, and copies several files at once. Each regular file is copied by
+// the cheapest means the file systems offer: a clone (FICLONE: the NFSv4.2
+// CLONE operation, metadata only on a server with reflinks), then
+// copy_file_range (the NFSv4.2 COPY operation: the data stays on the
+// server), then read and write; holes stay holes. Directories, symlinks,
+// FIFOs, hard links (as links), mode, owner, group, times and extended
+// attributes are kept; sockets and device nodes are left out and counted.
+package treecopy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Copier copies trees. Its zero value is not usable: start from Default.
+type Copier struct {
+	// MaxOpen bounds the directory pairs (source and copy) held open at
+	// once, the roots included; deeper ones are let go and reopened
+	// through their child's ".." when the copy comes back to them.
+	MaxOpen int
+	// Batch is how many entries are read from a directory at once.
+	Batch int
+	// Workers is how many regular files are copied at once.
+	Workers int
+	// Buffer is the size of a read and write when the file systems
+	// offer neither clone nor copy_file_range.
+	Buffer int
+	// MaxLinks bounds the hard-linked files remembered until all their
+	// names are copied; past it, further names of new hard-linked files
+	// become copies of their own (counted in Result.Unlinked).
+	MaxLinks int
+}
+
+// Default holds at most 16 directory pairs open, 256 entries per
+// directory read, copies 4 files at once with 1 MiB buffers, and
+// remembers up to 100,000 hard-linked files (about 10 MB).
+var Default = Copier{MaxOpen: 16, Batch: 256, Workers: 4, Buffer: 1 << 20, MaxLinks: 100000}
+
+// ErrChanged says a directory of the source was moved while the copy had
+// let it go: the copy is abandoned, and a later one tries again.
+var ErrChanged = errors.New("the source tree changed under the copy")
+
+// Method is how a regular file's data was copied.
+type Method int
+
+// The methods, cheapest first.
+const (
+	Clone     Method = iota // FICLONE: the server shares the blocks
+	CopyRange               // copy_file_range: the server copies
+	ReadWrite               // the data crosses the network twice
+	methods
+)
+
+func (m Method) String() string {
+	return [...]string{"clone", "copy_file_range", "read_write"}[m]
+}
+
+// Result is what a copy made, and how.
+type Result struct {
+	Dirs, Files, Symlinks, FIFOs int64
+	Links                        int64 // names made as hard links to a file already copied
+	Unlinked                     int64 // names of hard-linked files copied on their own (MaxLinks reached)
+	Skipped                      int64 // sockets, device nodes, and other file systems' directories
+	XattrsSkipped                int64 // extended attributes the copy's file system refused
+	Bytes                        int64 // file data copied (holes not counted)
+	ByMethod                     [methods]int64
+	Reopened                     int64 // directories reopened through ".."
+	MaxOpen                      int   // most directory pairs open at once
+	Took                         time.Duration
+}
+
+// pair is a directory of the source and its copy, on the copy's path from
+// the roots.
+type pair struct {
+	src, dst *os.File // nil: let go, reopened through the child's ".."
+	st       unix.Stat_t
+	name     string        // its name in its parent ("" for the roots)
+	changed  unix.Timespec // the source's ctime when it was let go
+	consumed int           // entries of it looked at so far
+	pending  []fs.DirEntry // entries read and not yet looked at (only while open)
+	files    sync.WaitGroup
+}
+
+// linked is a hard-linked file of the source whose other names are yet to
+// come: where its copy is, and how many names are left.
+type linked struct {
+	dir  string // the copy's directory, from the copy's root
+	name string
+	left uint64
+}
+
+type copyRun struct {
+	c       Copier
+	res     Result
+	bytes   atomic.Int64
+	methods [methods]atomic.Int64
+	skipped atomic.Int64
+	// unsupported[m]: m failed as unsupported once; not tried again.
+	unsupported [methods]atomic.Bool
+	dstRoot     int
+	links       map[[2]uint64]*linked
+	jobs        chan job
+	errMu       sync.Mutex
+	err         error
+}
+
+// job is a regular file to copy: both ends open, the source's status.
+type job struct {
+	src, dst *os.File
+	st       unix.Stat_t
+	rel      string
+	done     *sync.WaitGroup
+}
+
+// Copy copies everything below the directory open as srcfd into the
+// empty directory open as dstfd (both stay the caller's); with rootAttrs,
+// the copy's root gets the source root's mode, owner, times and extended
+// attributes too. An error leaves a partial copy for the caller to remove.
+func (c Copier) Copy(ctx context.Context, srcfd, dstfd int, rootAttrs bool) (Result, error) {
+	start := time.Now()
+	r := &copyRun{c: c, dstRoot: dstfd, links: map[[2]uint64]*linked{}, jobs: make(chan job)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var workers sync.WaitGroup
+	for range max(c.Workers, 1) {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for j := range r.jobs {
+				if err := r.copyFile(ctx, j); err != nil {
+					r.fail(err)
+					cancel()
+				}
+				j.src.Close()
+				j.dst.Close()
+				j.done.Done()
+			}
+		}()
+	}
+	err := r.walk(ctx, srcfd, dstfd, rootAttrs)
+	close(r.jobs)
+	workers.Wait()
+	if err == nil {
+		err = r.firstErr()
+	}
+	r.res.Bytes = r.bytes.Load()
+	for m := range r.res.ByMethod {
+		r.res.ByMethod[m] = r.methods[m].Load()
+	}
+	r.res.XattrsSkipped += r.skipped.Load()
+	r.res.Took = time.Since(start)
+	return r.res, err
+}
+
+func (r *copyRun) fail(err error) {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *copyRun) firstErr() error {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.err
+}
+
+// openDirAt opens the directory name below dirfd without following a
+// symlink, on a description of its own.
+func openDirAt(dirfd int, name string) (*os.File, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) error {
+	src, err := openDirAt(srcfd, ".")
+	if err != nil {
+		return err
+	}
+	dst, err := openDirAt(dstfd, ".")
+	if err != nil {
+		src.Close()
+		return err
+	}
+	root := &pair{src: src, dst: dst}
+	if err := unix.Fstat(int(src.Fd()), &root.st); err != nil {
+		src.Close()
+		dst.Close()
+		return err
+	}
+	stack := []*pair{root}
+	open := 1
+	r.res.MaxOpen = 1
+	defer func() {
+		for _, p := range stack {
+			p.files.Wait()
+			if p.src != nil {
+				p.src.Close()
+				p.dst.Close()
+			}
+		}
+	}()
+	batch := max(r.c.Batch, 1)
+	for len(stack) > 0 {
+		if err := ctx.Err(); err != nil {
+			if e := r.firstErr(); e != nil {
+				return e
+			}
+			return err
+		}
+		top := stack[len(stack)-1]
+		if len(top.pending) == 0 {
+			ents, err := top.src.ReadDir(batch)
+			if len(ents) == 0 {
+				if err != nil && !errors.Is(err, io.EOF) {
+					return fmt.Errorf("read directory %q: %w", r.rel(stack, ""), err)
+				}
+				// Done with top: its files finish, then it gets its
+				// attributes (which making entries in it would change).
+				top.files.Wait()
+				if len(stack) > 1 || rootAttrs {
+					if err := r.setAttrs(top.src, top.dst, &top.st); err != nil {
+						return fmt.Errorf("directory %q: %w", r.rel(stack, ""), err)
+					}
+				}
+				stack = stack[:len(stack)-1]
+				if len(stack) > 0 {
+					if parent := stack[len(stack)-1]; parent.src == nil {
+						if err := r.reopen(top, parent, batch); err != nil {
+							top.src.Close()
+							top.dst.Close()
+							return err
+						}
+						r.res.Reopened++
+						open++
+					}
+				}
+				top.src.Close()
+				top.dst.Close()
+				open--
+				continue
+			}
+			top.pending = ents
+		}
+		e := top.pending[0]
+		top.pending = top.pending[1:]
+		top.consumed++
+		child, err := r.entry(stack, top, e.Name())
+		if err != nil {
+			return err
+		}
+		if child == nil {
+			continue
+		}
+		if open >= max(r.c.MaxOpen, 2) {
+			letGo(stack)
+			open--
+		}
+		stack = append(stack, child)
+		open++
+		r.res.MaxOpen = max(r.res.MaxOpen, open)
+	}
+	return nil
+}
+
+// rel is the path of name in the directory on top of stack, from the
+// roots, for messages and hard links.
+func (r *copyRun) rel(stack []*pair, name string) string {
+	p := ""
+	for _, fr := range stack[1:] {
+		p = path.Join(p, fr.name)
+	}
+	if name != "" {
+		p = path.Join(p, name)
+	}
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+// entry copies the entry name of the directory top: a directory is made
+// and returned to descend into; anything else is copied (a regular file
+// by a worker) and nil returned.
+func (r *copyRun) entry(stack []*pair, top *pair, name string) (*pair, error) {
+	sfd, dfd := int(top.src.Fd()), int(top.dst.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil // removed since the listing
+		}
+		return nil, fmt.Errorf("%q: %w", r.rel(stack, name), err)
+	}
+	if st.Dev != top.st.Dev {
+		r.res.Skipped++ // another file system mounted inside
+		return nil, nil
+	}
+	wrap := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%q: %w", r.rel(stack, name), err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return r.dir(stack, top, name, &st)
+	case unix.S_IFLNK:
+		target, err := readlinkAt(sfd, name, st.Size)
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		if err == nil {
+			err = unix.Symlinkat(target, dfd, name)
+		}
+		if err == nil {
+			err = r.setLinkAttrs(dfd, name, &st)
+		}
+		r.res.Symlinks++
+		return nil, wrap(err)
+	case unix.S_IFIFO:
+		err := unix.Mkfifoat(dfd, name, 0o600)
+		if err == nil {
+			err = r.setAttrsAt(sfd, dfd, name, &st)
+		}
+		r.res.FIFOs++
+		return nil, wrap(err)
+	case unix.S_IFREG:
+		return nil, wrap(r.regular(stack, top, name, &st))
+	default:
+		r.res.Skipped++ // sockets and device nodes are not data
+		return nil, nil
+	}
+}
+
+// dir makes the copy of the source directory name of top and opens both.
+func (r *copyRun) dir(stack []*pair, top *pair, name string, st *unix.Stat_t) (*pair, error) {
+	src, err := openDirAt(int(top.src.Fd()), name)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return nil, nil // replaced since the stat
+	case err != nil:
+		return nil, fmt.Errorf("open directory %q: %w", r.rel(stack, name), err)
+	}
+	var now unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &now); err != nil || now.Ino != st.Ino || now.Dev != st.Dev {
+		src.Close()
+		return nil, nil // replaced since the stat
+	}
+	// Owner-only until its attributes are set, after its contents.
+	if err := unix.Mkdirat(int(top.dst.Fd()), name, 0o700); err != nil {
+		src.Close()
+		return nil, fmt.Errorf("make directory %q: %w", r.rel(stack, name), err)
+	}
+	dst, err := openDirAt(int(top.dst.Fd()), name)
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("open the copy of %q: %w", r.rel(stack, name), err)
+	}
+	r.res.Dirs++
+	return &pair{src: src, dst: dst, st: now, name: name}, nil
+}
+
+// regular copies the regular file name of top: as a hard link when it is
+// another name of a file already copied, else by a worker.
+func (r *copyRun) regular(stack []*pair, top *pair, name string, st *unix.Stat_t) error {
+	key := [2]uint64{st.Dev, st.Ino}
+	if st.Nlink > 1 {
+		if l := r.links[key]; l != nil {
+			err := r.linkTo(l, top, name)
+			if err != nil {
+				return err
+			}
+			r.res.Links++
+			if l.left--; l.left == 0 {
+				delete(r.links, key)
+			}
+			return nil
+		}
+	}
+	// O_NONBLOCK: should it have become a FIFO since the stat, opening it
+	// does not wait for a writer (and the type check below refuses it).
+	fd, err := unix.Openat(int(top.src.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) {
+		return nil // removed or replaced since the stat
+	}
+	if err != nil {
+		return err
+	}
+	var now unix.Stat_t
+	if err := unix.Fstat(fd, &now); err != nil || now.Mode&unix.S_IFMT != unix.S_IFREG || now.Ino != st.Ino {
+		unix.Close(fd)
+		return err // replaced since the stat: left out
+	}
+	dfd, err := unix.Openat(int(top.dst.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	if now.Nlink > 1 {
+		if len(r.links) < r.c.MaxLinks {
+			r.links[key] = &linked{dir: r.rel(stack, ""), name: name, left: uint64(now.Nlink) - 1}
+		} else {
+			r.res.Unlinked++
+		}
+	}
+	r.res.Files++
+	top.files.Add(1)
+	r.jobs <- job{src: os.NewFile(uintptr(fd), name), dst: os.NewFile(uintptr(dfd), name), st: now, rel: r.rel(stack, name), done: &top.files}
+	return nil
+}
+
+// linkTo makes name in top's copy a hard link to the copy l, reached from
+// the copy's root without following any symlink.
+func (r *copyRun) linkTo(l *linked, top *pair, name string) error {
+	dir := r.dstRoot
+	if l.dir != "." {
+		fd, err := unix.Openat2(r.dstRoot, l.dir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+		if err != nil {
+			return fmt.Errorf("open %q for a hard link: %w", l.dir, err)
+		}
+		defer unix.Close(fd)
+		dir = fd
+	}
+	return unix.Linkat(dir, l.name, int(top.dst.Fd()), name, 0)
+}
+
+// copyFile copies the data of j, then its attributes.
+func (r *copyRun) copyFile(ctx context.Context, j job) error {
+	if err := r.copyData(ctx, j); err != nil {
+		return fmt.Errorf("copy %q: %w", j.rel, err)
+	}
+	if err := r.setAttrs(j.src, j.dst, &j.st); err != nil {
+		return fmt.Errorf("%q: %w", j.rel, err)
+	}
+	return nil
+}
+
+// unsupported tells whether err says a method cannot copy between these
+// two files (another may).
+func unsupported(err error) bool {
+	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EXDEV) ||
+		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EBADF)
+}
+
+func (r *copyRun) copyData(ctx context.Context, j job) error {
+	sfd, dfd := int(j.src.Fd()), int(j.dst.Fd())
+	if j.st.Size == 0 {
+		r.methods[Clone].Add(1) // nothing to move: counted with the cheapest
+		return nil
+	}
+	if !r.unsupported[Clone].Load() {
+		err := unix.IoctlFileClone(dfd, sfd)
+		if err == nil {
+			r.methods[Clone].Add(1)
+			r.bytes.Add(min(j.st.Size, j.st.Blocks*512))
+			return nil
+		}
+		if !unsupported(err) {
+			return err
+		}
+		r.unsupported[Clone].Store(true)
+	}
+	m := CopyRange
+	// A sparse file whose holes the file system cannot point out (NFS
+	// before 4.2 has no SEEK): read it here and leave blocks of zeros
+	// unwritten, or the copy would fill every hole.
+	blind := j.st.Blocks*512 < j.st.Size && !holesKnown(sfd, j.st.Size)
+	if r.unsupported[CopyRange].Load() || blind {
+		m = ReadWrite
+	}
+	for {
+		n, err := r.extents(ctx, sfd, dfd, j.st.Size, m, blind)
+		if err != nil && m == CopyRange && unsupported(err) {
+			r.unsupported[CopyRange].Store(true)
+			if _, err := unix.Seek(dfd, 0, io.SeekStart); err != nil {
+				return err
+			}
+			if err := unix.Ftruncate(dfd, 0); err != nil {
+				return err
+			}
+			m = ReadWrite
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r.methods[m].Add(1)
+		r.bytes.Add(n)
+		// Holes at the end: the size comes from the source.
+		return unix.Ftruncate(dfd, j.st.Size)
+	}
+}
+
+// extents copies each extent of data of the source (SEEK_DATA/SEEK_HOLE;
+// a file system without them has one extent: the whole file) to the same
+// offset of the copy, with method m, and returns the bytes copied.
+func (r *copyRun) extents(ctx context.Context, sfd, dfd int, size int64, m Method, skipZeros bool) (int64, error) {
+	var total int64
+	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		data, err := unix.Seek(sfd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			data = off // no SEEK_DATA: all data
+		}
+		hole, err := unix.Seek(sfd, data, unix.SEEK_HOLE)
+		if err != nil || hole > size {
+			hole = size
+		}
+		if hole <= data {
+			break
+		}
+		n, err := r.copyExtent(ctx, sfd, dfd, data, hole-data, m, skipZeros)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		off = hole
+	}
+	return total, nil
+}
+
+// copyExtent copies length bytes at off of the source to off of the copy
+// and returns the bytes of data it wrote (with skipZeros, blocks of zeros
+// are left as holes and not counted).
+func (r *copyRun) copyExtent(ctx context.Context, sfd, dfd int, off, length int64, m Method, skipZeros bool) (int64, error) {
+	var pos, copied int64
+	buf := []byte(nil)
+	for pos < length {
+		if err := ctx.Err(); err != nil {
+			return copied, err
+		}
+		chunk := min(length-pos, 1<<30)
+		var n, written int
+		var err error
+		if m == CopyRange {
+			so, do := off+pos, off+pos
+			n, err = unix.CopyFileRange(sfd, &so, dfd, &do, int(chunk), 0)
+			written = n
+		} else {
+			if buf == nil {
+				buf = make([]byte, max(r.c.Buffer, blockSize))
+			}
+			n, err = unix.Pread(sfd, buf[:min(int64(len(buf)), chunk)], off+pos)
+			if n > 0 {
+				var werr error
+				if written, werr = writeAt(dfd, buf[:n], off+pos, skipZeros); werr != nil {
+					return copied, werr
+				}
+			}
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return copied, err
+		}
+		if n == 0 {
+			break // the source shrank meanwhile
+		}
+		pos += int64(n)
+		copied += int64(written)
+	}
+	return copied, nil
+}
+
+// blockSize is the granularity at which blocks of zeros are left as holes.
+const blockSize = 4096
+
+// writeAt writes b at off of fd; with skipZeros, blocks of zeros are
+// skipped (left as holes: the caller sets the size at the end). It returns
+// the bytes written.
+func writeAt(fd int, b []byte, off int64, skipZeros bool) (int, error) {
+	if !skipZeros {
+		return pwriteAll(fd, b, off)
+	}
+	written := 0
+	for start := 0; start < len(b); {
+		// A run of blocks with data, from start to end.
+		end := start
+		for end < len(b) && !allZero(b[end:min(end+blockSize, len(b))]) {
+			end = min(end+blockSize, len(b))
+		}
+		if end > start {
+			n, err := pwriteAll(fd, b[start:end], off+int64(start))
+			written += n
+			if err != nil {
+				return written, err
+			}
+		}
+		start = min(end+blockSize, len(b)) // skip the zero block at end
+	}
+	return written, nil
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.NativeEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func pwriteAll(fd int, b []byte, off int64) (int, error) {
+	total := 0
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+		total += n
+		b, off = b[n:], off+int64(n)
+	}
+	return total, nil
+}
+
+// holesKnown tells whether the file system points out fd's holes: a file
+// that stat says is sparse, but that SEEK_DATA and SEEK_HOLE show as one
+// extent of data from start to end, is on one that does not.
+func holesKnown(fd int, size int64) bool {
+	data, err := unix.Seek(fd, 0, unix.SEEK_DATA)
+	if errors.Is(err, unix.ENXIO) {
+		return true // all hole
+	}
+	if err != nil {
+		return false
+	}
+	hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+	return err == nil && (data > 0 || hole < size)
+}
+
+// readlinkAt reads the symlink name below dirfd, whose size lstat gave.
+func readlinkAt(dirfd int, name string, size int64) (string, error) {
+	buf := make([]byte, max(size+1, 256))
+	for {
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		if len(buf) >= unix.PathMax {
+			return "", unix.ENAMETOOLONG
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// letGo closes the open directory pair nearest the roots (the roots
+// excepted), with the entries it had read and not looked at, noting the
+// source's ctime; its files in flight need no reference to it.
+func letGo(stack []*pair) {
+	for _, p := range stack[1:] {
+		if p.src != nil {
+			var st unix.Stat_t
+			if unix.Fstat(int(p.src.Fd()), &st) == nil {
+				p.changed = st.Ctim
+			}
+			p.src.Close()
+			p.dst.Close()
+			p.src, p.dst, p.pending = nil, nil, nil
+			return
+		}
+	}
+}
+
+// reopen opens parent again as child's "..", in the source and in the
+// copy, checks the source's is the directory the copy let go, and skips
+// the entries already looked at.
+func (r *copyRun) reopen(child, parent *pair, batch int) error {
+	src, err := openDirAt(int(child.src.Fd()), "..")
+	if err != nil {
+		return fmt.Errorf("reopen a directory: %w", err)
+	}
+	var st unix.Stat_t
+	// Another directory there, or entries added or removed since it was
+	// let go: the entries to skip are not those looked at.
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil || st.Ino != parent.st.Ino || st.Dev != parent.st.Dev || st.Ctim != parent.changed {
+		src.Close()
+		return ErrChanged
+	}
+	dst, err := openDirAt(int(child.dst.Fd()), "..")
+	if err != nil {
+		src.Close()
+		return fmt.Errorf("reopen a directory of the copy: %w", err)
+	}
+	for skip := parent.consumed; skip > 0; {
+		ents, err := src.ReadDir(min(skip, batch))
+		skip -= len(ents)
+		if len(ents) == 0 {
+			if err != nil && !errors.Is(err, io.EOF) {
+				src.Close()
+				dst.Close()
+				return fmt.Errorf("read a directory: %w", err)
+			}
+			break // it shrank: nothing more to copy from it
+		}
+	}
+	parent.src, parent.dst = src, dst
+	return nil
+}
