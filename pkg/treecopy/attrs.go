@@ -2,7 +2,6 @@ package treecopy
 
 import (
 	"errors"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,15 +15,27 @@ func times(st *unix.Stat_t) []unix.Timespec {
 // times of the source src (a regular file or a directory), in that order:
 // chown clears the setuid and setgid bits and file capabilities, and
 // everything but setting the times changes the ctime only.
-func (r *copyRun) setAttrs(src, dst *os.File, st *unix.Stat_t) error {
-	dfd := int(dst.Fd())
-	if err := unix.Fchown(dfd, int(st.Uid), int(st.Gid)); err != nil {
+//
+// Owner and mode are set only where they differ from the copy's (as its
+// creation left them, known without asking the server again): each is a
+// call to the server.
+func (r *copyRun) setAttrs(sfd, dfd int, st *unix.Stat_t) error {
+	var now unix.Stat_t
+	if err := unix.Fstat(dfd, &now); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(dfd, st.Mode&0o7777); err != nil {
-		return err
+	if now.Uid != st.Uid || now.Gid != st.Gid {
+		if err := unix.Fchown(dfd, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		now.Mode = 0 // chown may have cleared setuid and setgid
 	}
-	if err := r.copyXattrs(int(src.Fd()), dfd); err != nil {
+	if now.Mode&0o7777 != st.Mode&0o7777 {
+		if err := unix.Fchmod(dfd, st.Mode&0o7777); err != nil {
+			return err
+		}
+	}
+	if err := r.copyXattrs(sfd, dfd); err != nil {
 		return err
 	}
 	return unix.UtimesNanoAt(dfd, "", times(st), unix.AT_EMPTY_PATH)

@@ -44,6 +44,23 @@ type Copier struct {
 	// names are copied; past it, further names of new hard-linked files
 	// become copies of their own (counted in Result.Unlinked).
 	MaxLinks int
+	// Limit paces the copy, one entry at a time; nil: unpaced.
+	Limit Limiter
+	// Progress, when set, follows the copy as it goes (read it from
+	// any goroutine).
+	Progress *Progress
+}
+
+// Limiter paces a copy: Wait returns when the copy may look at n more
+// entries, or with ctx's error. usage.Rate is one.
+type Limiter interface {
+	Wait(ctx context.Context, n int) error
+}
+
+// Progress is how far a copy has come: entries looked at and bytes of
+// file data copied so far.
+type Progress struct {
+	Entries, Bytes atomic.Int64
 }
 
 // Default holds at most 16 directory pairs open, 256 entries per
@@ -121,7 +138,7 @@ type copyRun struct {
 
 // job is a regular file to copy: both ends open, the source's status.
 type job struct {
-	src, dst *os.File
+	src, dst int // raw descriptors: an *os.File would ask the poller about each
 	st       unix.Stat_t
 	rel      string
 	done     *sync.WaitGroup
@@ -146,8 +163,8 @@ func (c Copier) Copy(ctx context.Context, srcfd, dstfd int, rootAttrs bool) (Res
 					r.fail(err)
 					cancel()
 				}
-				j.src.Close()
-				j.dst.Close()
+				unix.Close(j.src)
+				unix.Close(j.dst)
 				j.done.Done()
 			}
 		}()
@@ -165,6 +182,13 @@ func (c Copier) Copy(ctx context.Context, srcfd, dstfd int, rootAttrs bool) (Res
 	r.res.XattrsSkipped += r.skipped.Load()
 	r.res.Took = time.Since(start)
 	return r.res, err
+}
+
+func (r *copyRun) addBytes(n int64) {
+	r.bytes.Add(n)
+	if r.c.Progress != nil {
+		r.c.Progress.Bytes.Add(n)
+	}
 }
 
 func (r *copyRun) fail(err error) {
@@ -238,7 +262,7 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 				// attributes (which making entries in it would change).
 				top.files.Wait()
 				if len(stack) > 1 || rootAttrs {
-					if err := r.setAttrs(top.src, top.dst, &top.st); err != nil {
+					if err := r.setAttrs(int(top.src.Fd()), int(top.dst.Fd()), &top.st); err != nil {
 						return fmt.Errorf("directory %q: %w", r.rel(stack, ""), err)
 					}
 				}
@@ -264,6 +288,14 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 		e := top.pending[0]
 		top.pending = top.pending[1:]
 		top.consumed++
+		if r.c.Limit != nil {
+			if err := r.c.Limit.Wait(ctx, 1); err != nil {
+				return err
+			}
+		}
+		if r.c.Progress != nil {
+			r.c.Progress.Entries.Add(1)
+		}
 		child, err := r.entry(stack, top, e.Name())
 		if err != nil {
 			return err
@@ -410,7 +442,9 @@ func (r *copyRun) regular(stack []*pair, top *pair, name string, st *unix.Stat_t
 		unix.Close(fd)
 		return err // replaced since the stat: left out
 	}
-	dfd, err := unix.Openat(int(top.dst.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// Made with the source's permission bits, so that most files need no
+	// chmod afterwards; the fd writes whatever they are.
+	dfd, err := unix.Openat(int(top.dst.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, now.Mode&0o777)
 	if err != nil {
 		unix.Close(fd)
 		return err
@@ -424,7 +458,7 @@ func (r *copyRun) regular(stack []*pair, top *pair, name string, st *unix.Stat_t
 	}
 	r.res.Files++
 	top.files.Add(1)
-	r.jobs <- job{src: os.NewFile(uintptr(fd), name), dst: os.NewFile(uintptr(dfd), name), st: now, rel: r.rel(stack, name), done: &top.files}
+	r.jobs <- job{src: fd, dst: dfd, st: now, rel: r.rel(stack, name), done: &top.files}
 	return nil
 }
 
@@ -463,7 +497,7 @@ func unsupported(err error) bool {
 }
 
 func (r *copyRun) copyData(ctx context.Context, j job) error {
-	sfd, dfd := int(j.src.Fd()), int(j.dst.Fd())
+	sfd, dfd := j.src, j.dst
 	if j.st.Size == 0 {
 		r.methods[Clone].Add(1) // nothing to move: counted with the cheapest
 		return nil
@@ -472,7 +506,7 @@ func (r *copyRun) copyData(ctx context.Context, j job) error {
 		err := unix.IoctlFileClone(dfd, sfd)
 		if err == nil {
 			r.methods[Clone].Add(1)
-			r.bytes.Add(min(j.st.Size, j.st.Blocks*512))
+			r.addBytes(min(j.st.Size, j.st.Blocks*512))
 			return nil
 		}
 		if !unsupported(err) {
@@ -481,15 +515,18 @@ func (r *copyRun) copyData(ctx context.Context, j job) error {
 		r.unsupported[Clone].Store(true)
 	}
 	m := CopyRange
-	// A sparse file whose holes the file system cannot point out (NFS
-	// before 4.2 has no SEEK): read it here and leave blocks of zeros
-	// unwritten, or the copy would fill every hole.
-	blind := j.st.Blocks*512 < j.st.Size && !holesKnown(sfd, j.st.Size)
+	// Holes are looked for only in a file that has some (fewer blocks
+	// than its size): on NFSv4.2 each look is a SEEK call. A sparse file
+	// whose holes the file system cannot point out (NFS before 4.2 has no
+	// SEEK) is read here, and blocks of zeros are left unwritten, or the
+	// copy would fill every hole.
+	sparse := j.st.Blocks*512 < j.st.Size
+	blind := sparse && !holesKnown(sfd, j.st.Size)
 	if r.unsupported[CopyRange].Load() || blind {
 		m = ReadWrite
 	}
 	for {
-		n, err := r.extents(ctx, sfd, dfd, j.st.Size, m, blind)
+		n, err := r.extents(ctx, sfd, dfd, j.st.Size, m, sparse, blind)
 		if err != nil && m == CopyRange && unsupported(err) {
 			r.unsupported[CopyRange].Store(true)
 			if _, err := unix.Seek(dfd, 0, io.SeekStart); err != nil {
@@ -505,16 +542,23 @@ func (r *copyRun) copyData(ctx context.Context, j job) error {
 			return err
 		}
 		r.methods[m].Add(1)
-		r.bytes.Add(n)
+		r.addBytes(n)
+		if !sparse {
+			return nil
+		}
 		// Holes at the end: the size comes from the source.
 		return unix.Ftruncate(dfd, j.st.Size)
 	}
 }
 
-// extents copies each extent of data of the source (SEEK_DATA/SEEK_HOLE;
-// a file system without them has one extent: the whole file) to the same
-// offset of the copy, with method m, and returns the bytes copied.
-func (r *copyRun) extents(ctx context.Context, sfd, dfd int, size int64, m Method, skipZeros bool) (int64, error) {
+// extents copies each extent of data of the source (SEEK_DATA/SEEK_HOLE,
+// for a sparse file; a file system without them has one extent: the whole
+// file) to the same offset of the copy, with method m, and returns the
+// bytes copied.
+func (r *copyRun) extents(ctx context.Context, sfd, dfd int, size int64, m Method, sparse, skipZeros bool) (int64, error) {
+	if !sparse {
+		return r.copyExtent(ctx, sfd, dfd, 0, size, m, false)
+	}
 	var total int64
 	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {

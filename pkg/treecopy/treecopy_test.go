@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,5 +274,33 @@ func TestZeroBlocksStayHoles(t *testing.T) {
 	}
 	if !holesKnown(int(f.Fd()), st.Size) {
 		t.Error("ext4 points out holes, holesKnown says it does not")
+	}
+}
+
+// countingLimiter lets everything through and counts what it was asked.
+type countingLimiter struct{ n atomic.Int64 }
+
+func (l *countingLimiter) Wait(ctx context.Context, n int) error {
+	l.n.Add(int64(n))
+	return ctx.Err()
+}
+
+// The limiter is asked once per entry, and the progress ends where the
+// result does.
+func TestCopyIsPacedAndFollowed(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	for i := range 30 {
+		write(t, filepath.Join(src, fmt.Sprint("d", i%4), fmt.Sprint(i)), strings.Repeat("p", i))
+	}
+	var lim countingLimiter
+	var prog Progress
+	c := Default
+	c.Limit, c.Progress = &lim, &prog
+	res := copyTree(t, c, src, dst, false)
+	if lim.n.Load() != 34 || prog.Entries.Load() != 34 {
+		t.Errorf("limiter asked for %d entries, progress saw %d; the tree has 34", lim.n.Load(), prog.Entries.Load())
+	}
+	if prog.Bytes.Load() != res.Bytes || res.Bytes != 435 {
+		t.Errorf("progress %d bytes, result %d, want 435", prog.Bytes.Load(), res.Bytes)
 	}
 }

@@ -10,8 +10,16 @@ import (
 // through the mount at dir (every NFS mount for ""), summed by operation
 // name, from /proc/self/mountstats.
 func NFSOps(dir string) map[string]int64 {
+	ops, _ := NFSTraffic(dir)
+	return ops
+}
+
+// NFSTraffic is NFSOps with the bytes the operations sent and received
+// on the wire, all operations together.
+func NFSTraffic(dir string) (map[string]int64, int64) {
 	b, _ := os.ReadFile("/proc/self/mountstats")
 	out := map[string]int64{}
+	var wire int64
 	in, ops := false, false
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -22,10 +30,15 @@ func NFSOps(dir string) map[string]int64 {
 		case in && strings.TrimSpace(line) == "per-op statistics":
 			ops = true
 		case in && ops && len(f) > 1 && strings.HasSuffix(f[0], ":"):
-			var n int64
+			var n, sent, recv int64
 			fmt.Sscan(f[1], &n)
+			if len(f) > 5 { // ops trans timeouts bytes_sent bytes_recv ...
+				fmt.Sscan(f[4], &sent)
+				fmt.Sscan(f[5], &recv)
+			}
 			out[strings.TrimSuffix(f[0], ":")] += n
+			wire += sent + recv
 		}
 	}
-	return out
+	return out, wire
 }

@@ -67,6 +67,16 @@ copy_with_libs "$src" "$root" sbin/rpcbind sbin/rpc.statd sbin/sm-notify sbin/mo
   usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount || die "collecting user space failed"
 for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$root/sbin/$link"; done
 
+# GNU cp, tar and gzip under /opt/gnu, for make bench's baselines (what
+# csi-driver-nfs's Debian-based image runs for clones and snapshots); the
+# guest's own tools stay busybox's.
+fetch_debs "$work/gnudebs" "$work/gnutree" coreutils tar gzip || die "apt-get download of GNU tools failed"
+copy_with_libs "$work/gnutree" "$work/gnuroot" bin/cp bin/tar bin/gzip || die "collecting GNU tools failed"
+mkdir -p "$root/opt/gnu"
+for b in cp tar gzip; do mv "$work/gnuroot/bin/$b" "$root/opt/gnu/$b"; done
+rmdir "$work/gnuroot/bin"
+cp -a "$work/gnuroot/." "$root/"
+
 # Kernel modules: NFS client and server, virtio, with their dependencies.
 kmod=$src/lib/modules/$kver
 [ -d "$kmod" ] || die "kernel package has no modules for $kver"
