@@ -221,10 +221,25 @@ func (a *Area) recheckNesting(rec *Record) error {
 	}
 	err := a.checkNotNested(rec.SubDir)
 	if err != nil {
-		_ = a.root.Remove(rec.SubDir)
+		a.removeNewDir(rec.SubDir)
 		rec.FileID, rec.Handle = 0, ""
 	}
 	return err
+}
+
+// removeNewDir undoes the directory this call just made at rel: only an
+// empty directory is removed (rmdir), so that whatever another client may
+// have put at the path meanwhile (a file, a link, a directory with data)
+// stays.
+func (a *Area) removeNewDir(rel string) {
+	parent, err := a.openParent(rel)
+	if err != nil {
+		return
+	}
+	defer parent.Close()
+	if err := unix.Unlinkat(int(parent.Fd()), path.Base(rel), unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		klog.Warningf("leaving %q: %v", rel, err)
+	}
 }
 
 // StepHook is called between the steps of Create and Delete that act on
@@ -286,7 +301,7 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 	if err != nil {
 		// Never leave a half-made volume: the directory is new and empty,
 		// and the caller drops the record.
-		_ = a.root.Remove(rec.SubDir)
+		a.removeNewDir(rec.SubDir)
 		rec.FileID, rec.Handle = 0, ""
 	}
 	return err

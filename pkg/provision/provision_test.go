@@ -2,6 +2,8 @@ package provision
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -481,5 +483,28 @@ func TestSealHoldsTheFileHandle(t *testing.T) {
 	rewriteRecord(a.volumes, rec.Key(), rec)
 	if err := a.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUndoingANewDirectoryRemovesNothingElse: when a creation is undone,
+// only an empty directory at the path goes; a file, a symlink or a
+// directory with data that another client put there meanwhile stays.
+func TestUndoingANewDirectoryRemovesNothingElse(t *testing.T) {
+	dir, a := newShare(t)
+	os.MkdirAll(filepath.Join(dir, "p/empty"), 0o755)
+	os.WriteFile(filepath.Join(dir, "p/file"), []byte("data"), 0o644)
+	os.Symlink("/", filepath.Join(dir, "p/link"))
+	os.MkdirAll(filepath.Join(dir, "p/full"), 0o755)
+	os.WriteFile(filepath.Join(dir, "p/full/x"), []byte("data"), 0o644)
+	for _, name := range []string{"empty", "file", "link", "full", "missing"} {
+		a.removeNewDir("p/" + name)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "p/empty")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the empty directory stays: %v", err)
+	}
+	for _, name := range []string{"file", "link", "full/x"} {
+		if _, err := os.Lstat(filepath.Join(dir, "p", name)); err != nil {
+			t.Errorf("%s was removed: %v", name, err)
+		}
 	}
 }
