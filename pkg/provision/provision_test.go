@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
@@ -506,5 +507,51 @@ func TestUndoingANewDirectoryRemovesNothingElse(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(dir, "p", name)); err != nil {
 			t.Errorf("%s was removed: %v", name, err)
 		}
+	}
+}
+
+// TestInterruptedRemovalsAreSettled: a record left aside by a removal
+// that never finished is removed when it is the one the removal meant,
+// put back when it is another volume's, and left alone while recent.
+func TestInterruptedRemovalsAreSettled(t *testing.T) {
+	dir, a := newShare(t)
+	ctx := context.Background()
+	gone, err := a.Create(ctx, req("pvc-gone", "gone", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := a.Create(ctx, req("pvc-live", "live", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := filepath.Join(dir, ".nfsdir/volumes")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The removal of gone's record, cut after taking it aside; and a
+	// removal that took live's record aside meaning an older token.
+	must(os.Rename(filepath.Join(vols, gone.Key()), filepath.Join(vols, gone.Key()+asideSuffix+gone.Token)))
+	must(os.Rename(filepath.Join(vols, live.Key()), filepath.Join(vols, live.Key()+asideSuffix+"oldtoken")))
+	keys, removals, err := a.VolumeNames()
+	must(err)
+	if len(keys) != 0 || len(removals) != 2 {
+		t.Fatalf("keys %v, removals %v", keys, removals)
+	}
+	if n := a.SettleRemovals(removals, time.Hour); n != 0 {
+		t.Errorf("settled %d removals younger than the grace", n)
+	}
+	if n := a.SettleRemovals(removals, 0); n != 2 {
+		t.Errorf("settled %d of 2", n)
+	}
+	keys, removals, err = a.VolumeNames()
+	must(err)
+	if len(removals) != 0 || len(keys) != 1 || keys[0] != live.Key() {
+		t.Errorf("after settling: keys %v, removals %v; want only %s", keys, removals, live.Key())
+	}
+	if rec, err := a.Record(live.Key()); err != nil || rec == nil || rec.Token != live.Token {
+		t.Errorf("live's record: %+v %v", rec, err)
 	}
 }

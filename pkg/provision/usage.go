@@ -70,18 +70,60 @@ func (a *Area) usageDir(create bool) (*os.Root, error) {
 // shared directories), sorted. It lists the whole records directory: for
 // background work and paged listings, never on a volume's request path.
 func (a *Area) VolumeKeys() ([]string, error) {
+	keys, _, err := a.VolumeNames()
+	return keys, err
+}
+
+// VolumeNames lists the records directory: the keys of the records
+// (sorted), and the names of records a removal took aside (key.del.token).
+func (a *Area) VolumeNames() (keys, removals []string, err error) {
 	names, err := listNames(a.volumes)
 	if err != nil {
-		return nil, onShare(err, "list %s", volumesDir)
+		return nil, nil, onShare(err, "list %s", volumesDir)
 	}
-	keys := names[:0]
 	for _, n := range names {
-		if !strings.Contains(n, ".") { // not a record taken aside or being rewritten
+		switch {
+		case strings.Contains(n, asideSuffix):
+			removals = append(removals, n)
+		case !strings.Contains(n, "."): // not a record taken aside or being rewritten
 			keys = append(keys, n)
 		}
 	}
 	slices.Sort(keys)
-	return keys, nil
+	return keys, removals, nil
+}
+
+// SettleRemovals finishes the record removals among names (from
+// VolumeNames) that were interrupted at least grace ago. A removal takes
+// the record aside, checks it is the one it meant, then removes it; a
+// controller stopped in between, or a share remounted under it, leaves
+// the aside behind, and when no call retries that removal (a creation that
+// dropped its own record), nothing else would. Each is settled as the
+// removal would have: removed if it carries the token its name says, put
+// back otherwise. It returns how many it settled.
+func (a *Area) SettleRemovals(names []string, grace time.Duration) int {
+	settled := 0
+	for _, name := range names {
+		key, token, ok := strings.Cut(name, asideSuffix)
+		if !ok {
+			continue
+		}
+		st, err := a.volumes.Lstat(name)
+		if err != nil {
+			continue
+		}
+		// A rename sets the link's ctime: the time it was taken aside.
+		if sys, ok := st.Sys().(*syscall.Stat_t); !ok || time.Since(time.Unix(sys.Ctim.Unix())) < grace {
+			continue
+		}
+		if err := settleAside(a.volumes, key, name, token); err != nil {
+			klog.Warningf("settling %s: %v", path.Join(volumesDir, name), err)
+			continue
+		}
+		klog.Infof("settled %s, the record of an interrupted removal", path.Join(volumesDir, name))
+		settled++
+	}
+	return settled
 }
 
 func listNames(r *os.Root) ([]string, error) {

@@ -100,6 +100,10 @@ func (s *Set) account(ctx context.Context) {
 	}
 }
 
+// settleAfter is how long a record taken aside by a removal stays before
+// a pass settles it: a removal in progress takes milliseconds.
+var settleAfter = time.Minute
+
 // pass counts the volumes of one share that are due.
 func (ac *accountant) pass(ctx context.Context, name string, a *provision.Area, l *ledger) {
 	defer func() {
@@ -107,12 +111,15 @@ func (ac *accountant) pass(ctx context.Context, name string, a *provision.Area, 
 		l.running, l.lastPass = false, time.Now()
 		ac.mu.Unlock()
 	}()
-	keys, err := a.VolumeKeys()
+	keys, removals, err := a.VolumeNames()
 	if err != nil {
 		klog.Warningf("usage count of %s: %v", name, err)
 		return
 	}
 	a.DropFigures(keys)
+	// The pass is the one background listing of the records: it also
+	// finishes record removals left half-way.
+	a.SettleRemovals(removals, settleAfter)
 	live := make(map[string]bool, len(keys))
 	var wg sync.WaitGroup
 	for _, key := range keys {

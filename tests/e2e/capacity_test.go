@@ -39,6 +39,7 @@ func recordOnShare(t *testing.T, volumeID string) map[string]any {
 // since at the same directory; nothing is left in the records directory.
 func TestExpandOnRealNFS(t *testing.T) {
 	c := start(t, nil)
+	temps := tempRecords(t)
 	vc := lab.RWX("nfsvers=4.1")
 	v := c.Create(t, "pvc-grow", params("onDelete", "delete"), vc)
 	target := filepath.Join(t.TempDir(), "t")
@@ -69,6 +70,6 @@ func TestExpandOnRealNFS(t *testing.T) {
 	if got := recordOnShare(t, later.VolumeId)["capacityBytes"]; got != float64(later.CapacityBytes) {
 		t.Errorf("the later volume's capacity changed to %v", got)
 	}
-	recordNames(t) // fails the test on records left under a temporary name
+	recordNames(t, temps...) // fails the test on records it left under a temporary name
 	c.Delete(t, later)
 }

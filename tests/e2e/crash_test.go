@@ -29,6 +29,7 @@ func TestControllerKilledMidOperations(t *testing.T) {
 	check := canaries(t)
 	defer check()
 	before := exportListing(t)
+	temps := tempRecords(t)
 	p := lab.StartBinary(t, "")
 	c := lab.Connect(t, p.Endpoint)
 	vc := lab.RWX("nfsvers=4.1")
@@ -134,7 +135,7 @@ func TestControllerKilledMidOperations(t *testing.T) {
 
 	// Converged state.
 	names := map[string]int{}
-	for _, n := range recordNames(t) {
+	for _, n := range recordNames(t, temps...) {
 		names[n]++
 	}
 	for name, id := range created {

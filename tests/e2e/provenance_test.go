@@ -282,7 +282,8 @@ func TestAdoptNeverTakesALiveVolume(t *testing.T) {
 	os.WriteFile(onExport("adopt-team/db/table"), []byte("rows"), 0o644)
 	shared := c.Create(t, "pvc-adopt-shared", params("subDir", "adopt-common", "allowSharedSubDir", "true", "onDelete", "retain"), lab.RWX())
 	os.MkdirAll(onExport("adopt-team/db/inner"), 0o755)
-	before := recordNames(t)
+	temps := tempRecords(t)
+	before := recordNames(t, temps...)
 	for _, sub := range []string{"adopt-team", "adopt-team/db", "adopt-team/db/inner", "adopt-common"} {
 		id, out, err := adopt(t, sub, "--on-delete", "delete")
 		if err == nil || id != "" {
@@ -291,7 +292,7 @@ func TestAdoptNeverTakesALiveVolume(t *testing.T) {
 		}
 		t.Logf("adopt %s refused: %s", sub, strings.TrimSpace(out))
 	}
-	if after := recordNames(t); strings.Join(after, " ") != strings.Join(before, " ") {
+	if after := recordNames(t, temps...); strings.Join(after, " ") != strings.Join(before, " ") {
 		t.Errorf("records changed: before %v, after %v", before, after)
 	}
 	if b, err := os.ReadFile(onExport("adopt-team/db/table")); err != nil || string(b) != "rows" {
