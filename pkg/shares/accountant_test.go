@@ -15,21 +15,29 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/provision"
 )
 
-// TestAccountantCountsAndReportsOverCapacity: a Set with accounting counts
-// a volume in the background, stores the figure a View reads, and counts
-// the volume as over its capacity per share; counts stop with StopPurges.
-func TestAccountantCountsAndReportsOverCapacity(t *testing.T) {
+// setupAccounting returns a Set on a fake share that counts every 200 ms
+// with workers at once.
+func setupAccounting(t *testing.T, workers int) (*Set, *nfsmounttest.Fake, export.Export) {
+	t.Helper()
 	f := nfsmounttest.New(t.TempDir())
 	e, _ := export.New("nfs.example", "/export")
 	os.MkdirAll(f.ExportDir(e.Server, e.Share), 0o755)
 	s, err := New(Config{StateDir: filepath.Join(t.TempDir(), "state"), MountTimeout: time.Minute,
-		Accounting: Accounting{Every: 200 * time.Millisecond, Workers: 2}}, f)
+		Accounting: Accounting{Every: 200 * time.Millisecond, Workers: workers}}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, f, e
+}
+
+// TestAccountantCountsAndReportsOverCapacity: a Set with accounting counts
+// a volume in the background, stores the figure a View reads, and counts
+// the volume as over its capacity per share; counts stop with StopPurges.
+func TestAccountantCountsAndReportsOverCapacity(t *testing.T) {
+	s, f, e := setupAccounting(t, 2)
 	ctx := context.Background()
 	var rec *provision.Record
-	err = s.On(ctx, e, mountopts.Options{"nfsvers=4.1"}, true, func(a *provision.Area, _ *Share) (err error) {
+	err := s.On(ctx, e, mountopts.Options{"nfsvers=4.1"}, true, func(a *provision.Area, _ *Share) (err error) {
 		rec, err = a.Create(ctx, provision.Request{Name: "pvc-a", SubDir: "pvc-a", OnDelete: params.Delete, Mode: 0o770, UID: -1, GID: -1, CapacityBytes: 4096})
 		return err
 	})
@@ -71,19 +79,12 @@ func TestAccountantCountsAndReportsOverCapacity(t *testing.T) {
 func TestPassesSettleInterruptedRemovals(t *testing.T) {
 	defer func(d time.Duration) { settleAfter = d }(settleAfter)
 	settleAfter = 0
-	f := nfsmounttest.New(t.TempDir())
-	e, _ := export.New("nfs.example", "/export")
-	os.MkdirAll(f.ExportDir(e.Server, e.Share), 0o755)
-	s, err := New(Config{StateDir: filepath.Join(t.TempDir(), "state"), MountTimeout: time.Minute,
-		Accounting: Accounting{Every: 200 * time.Millisecond, Workers: 1}}, f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, f, e := setupAccounting(t, 1)
 	defer s.Close(context.Background())
 	defer s.StopPurges()
 	ctx := context.Background()
 	var rec *provision.Record
-	err = s.On(ctx, e, mountopts.Options{"nfsvers=4.1"}, true, func(a *provision.Area, _ *Share) (err error) {
+	err := s.On(ctx, e, mountopts.Options{"nfsvers=4.1"}, true, func(a *provision.Area, _ *Share) (err error) {
 		rec, err = a.Create(ctx, provision.Request{Name: "pvc-cut", SubDir: "pvc-cut", OnDelete: params.Delete, Mode: 0o770, UID: -1, GID: -1})
 		return err
 	})
