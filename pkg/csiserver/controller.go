@@ -213,10 +213,23 @@ func (s *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		}
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", raw, err)
 	}
+	rec, err := s.updateRecord(ctx, raw, id, func(a *provision.Area) (*provision.Record, error) { return a.Expand(id, capacity) })
+	if err != nil {
+		return nil, err
+	}
+	klog.Infof("volume %q: capacity %d bytes", rec.Name, rec.CapacityBytes)
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: rec.CapacityBytes}, nil
+}
+
+// updateRecord runs update on the share of the volume id (raw as the
+// caller sent it), bounded as every call on a volume, and returns the
+// record it made; a share nfsdir never made is NotFound, any other error
+// its gRPC status.
+func (s *Controller) updateRecord(ctx context.Context, raw string, id volumeid.ID, update func(*provision.Area) (*provision.Record, error)) (*provision.Record, error) {
 	var rec *provision.Record
-	err = s.bounded(ctx, raw, func() error {
+	err := s.bounded(ctx, raw, func() error {
 		return s.shares.OnVolume(ctx, id, func(a *provision.Area, _ *shares.Share) (err error) {
-			rec, err = a.Expand(id, capacity)
+			rec, err = update(a)
 			return err
 		})
 	})
@@ -226,8 +239,7 @@ func (s *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	klog.Infof("volume %q: capacity %d bytes", rec.Name, rec.CapacityBytes)
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: rec.CapacityBytes}, nil
+	return rec, nil
 }
 
 // ControllerModifyVolume applies a VolumeAttributesClass to a volume: its
@@ -252,18 +264,9 @@ func (s *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 		o := mut.MountOptions.String()
 		change.PublishOptions = &o
 	}
-	var rec *provision.Record
-	err = s.bounded(ctx, raw, func() error {
-		return s.shares.OnVolume(ctx, id, func(a *provision.Area, _ *shares.Share) (err error) {
-			rec, err = a.Modify(id, change)
-			return err
-		})
-	})
-	if errors.Is(err, provision.ErrNoArea) {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", raw)
-	}
+	rec, err := s.updateRecord(ctx, raw, id, func(a *provision.Area) (*provision.Record, error) { return a.Modify(id, change) })
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	opts := "the StorageClass's"
 	if rec.PublishOptions != nil {
