@@ -42,6 +42,9 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 }
 
 // ControllerGetCapabilities lists the controller RPCs nfsdir implements.
@@ -62,9 +65,6 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	opts, err := checkCapabilities(req.GetVolumeCapabilities())
 	if err != nil {
 		return nil, err
-	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, invalid("creating a volume from a snapshot or another volume is not supported")
 	}
 	capacity, err := capacityOf(req.GetCapacityRange())
 	if err != nil {
@@ -101,30 +101,32 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if preq.Mode == 0 {
 		preq.Mode = s.defaultMode
 	}
+	if preq.Source, err = contentSource(req.GetVolumeContentSource(), cp.Export); err != nil {
+		return nil, err
+	}
 
 	var rec *provision.Record
 	var id volumeid.ID
 	err = s.bounded(ctx, req.GetName(), func() error {
-		var shareOpts mountopts.Options
-		err := s.shares.On(ctx, cp.Export, opts, true, func(a *provision.Area, share *shares.Share) (err error) {
-			shareOpts = share.Options
-			rec, err = a.Create(ctx, preq)
-			return err
+		return s.shares.On(ctx, cp.Export, opts, true, func(a *provision.Area, share *shares.Share) (err error) {
+			if rec, err = a.Create(ctx, preq); err != nil {
+				return err
+			}
+			if id, err = s.shares.VolumeID(cp.Export, rec, share.Options); err != nil || !rec.Filling {
+				return err
+			}
+			return s.awaitFill(ctx, a, share, id, rec)
 		})
-		if err != nil {
-			return err
-		}
-		id, err = s.shares.VolumeID(cp.Export, rec, shareOpts)
-		return err
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	klog.Infof("volume %q: %q on %s (onDelete=%s, mode %04o)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode)
+	klog.Infof("volume %q: %q on %s (onDelete=%s, mode %04o, %s)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode, rec.Source)
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      id.String(),
 		CapacityBytes: rec.CapacityBytes,
 		VolumeContext: csiVolume(id, rec).VolumeContext,
+		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
 }
 

@@ -55,7 +55,10 @@ func TestCreateVolumeRejectsBadInputAndTouchesNothing(t *testing.T) {
 		{"bad mount option", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "nfsvers=3", "vers=4")}}, codes.InvalidArgument, "twice"},
 		{"limit below required", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{rwx}, CapacityRange: &csi.CapacityRange{RequiredBytes: 10, LimitBytes: 5}}, codes.OutOfRange, "exceed"},
 		{"content source", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{rwx},
-			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "x"}}}}, codes.InvalidArgument, "not supported"},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "x"}}}}, codes.NotFound, "does not exist"},
+		{"source on another share", &csi.CreateVolumeRequest{Name: "v", Parameters: good, VolumeCapabilities: []*csi.VolumeCapability{rwx},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{
+				SnapshotId: "s1|nfs.example|/other|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|"}}}}, codes.InvalidArgument, "one share"},
 	}
 	for _, tt := range tests {
 		_, err := ctl.CreateVolume(ctx, tt.req)

@@ -29,8 +29,9 @@ type Area struct {
 	trash   *os.Root // .nfsdir/trash
 	owner   uint32   // the uid the server gives files nfsdir creates
 
-	umu   sync.Mutex
-	usage *os.Root // .nfsdir/usage, once opened (usageDir)
+	umu       sync.Mutex
+	usage     *os.Root // .nfsdir/usage, once opened (usageDir)
+	snapshots *os.Root // .nfsdir/snapshots, once opened (snapshotDir)
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no
@@ -194,7 +195,7 @@ func (a *Area) Close() error {
 	var errs []error
 	a.umu.Lock()
 	defer a.umu.Unlock()
-	for _, r := range []*os.Root{a.usage, a.volumes, a.parents, a.trash, a.meta} {
+	for _, r := range []*os.Root{a.usage, a.snapshots, a.volumes, a.parents, a.trash, a.meta} {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}

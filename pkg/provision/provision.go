@@ -46,6 +46,9 @@ type Request struct {
 	// PublishOptions replace the StorageClass's mount options at publish
 	// (a VolumeAttributesClass's at creation); nil: none.
 	PublishOptions *string
+	// Source, when set, is what the new volume is filled from (Fill);
+	// it must exist on this share, be complete, and fit CapacityBytes.
+	Source *Source
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -90,11 +93,24 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err := a.checkKind(req); err != nil {
 		return nil, err
 	}
+	if req.Shared && req.Source != nil {
+		return nil, fault.New(fault.InvalidArgument, "volume %q: a volume that shares its directory (allowSharedSubDir) cannot be made from a snapshot or another volume", req.Name)
+	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
-		PublishOptions: req.PublishOptions}
+		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil}
 	key := rec.Key()
+	if req.Source != nil {
+		// Checked before the record: a volume whose source is missing
+		// leaves nothing behind. A replay finds its record and is not
+		// checked again (the source may be gone by then).
+		if old, err := readRecord(a.volumes, key); err != nil || old == nil || old.Name != req.Name {
+			if err := a.checkSource(req); err != nil {
+				return nil, err
+			}
+		}
+	}
 	err := writeRecordExclusive(a.volumes, key, rec)
 	if errors.Is(err, fs.ErrExist) {
 		if old, rerr := readRecord(a.volumes, key); rerr == nil && old != nil && old.Name != req.Name && a.abandoned(old) {
@@ -577,6 +593,9 @@ func compatible(rec *Record, req Request) error {
 	}
 	if rec.Mode != req.Mode || rec.UID != req.UID || rec.GID != req.GID {
 		diffs = append(diffs, fmt.Sprintf("mode %04o uid %d gid %d (requested %04o uid %d gid %d)", rec.Mode, rec.UID, rec.GID, req.Mode, req.UID, req.GID))
+	}
+	if !sameSource(rec.Source, req.Source) {
+		diffs = append(diffs, fmt.Sprintf("content from %s (requested %s)", rec.Source, req.Source))
 	}
 	if rec.CapacityBytes < req.CapacityBytes {
 		// Larger is the same volume expanded since it was created.

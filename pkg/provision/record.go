@@ -78,10 +78,43 @@ type Record struct {
 	// at the volume's next NodePublishVolume (a VolumeAttributesClass's
 	// mountOptions; "" clears them).
 	PublishOptions *string `json:"publishOptions,omitempty"`
+	// Source is what the volume was made from (a snapshot or another
+	// volume); nil for an empty volume.
+	Source *Source `json:"source,omitempty"`
+	// Filling says the volume's directory is still being filled from
+	// Source: the volume is not usable (CreateVolume answers Aborted
+	// until it is done) and is left out of listings.
+	Filling bool `json:"filling,omitempty"`
 	// Modified says a VolumeAttributesClass changed the volume's
 	// mutable settings (OnDelete, PublishOptions) since the StorageClass
 	// made it: a replayed CreateVolume no longer compares them.
 	Modified bool `json:"modified,omitempty"`
+}
+
+// Source names what a volume is filled from: a snapshot's record (Snapshot)
+// or another volume's, by key and token, on the volume's own share.
+type Source struct {
+	Snapshot bool   `json:"snapshot,omitempty"`
+	Key      string `json:"key"`
+	Token    string `json:"token"`
+}
+
+func (s *Source) String() string {
+	if s == nil {
+		return "no content source"
+	}
+	kind := "volume"
+	if s.Snapshot {
+		kind = "snapshot"
+	}
+	return fmt.Sprintf("%s %s.%s", kind, s.Key, s.Token)
+}
+
+func sameSource(a, b *Source) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // describe names what the record stands for, in messages.
@@ -153,11 +186,18 @@ func readAside(volumes *os.Root, key, name string) (*Record, error) {
 // writeRecordExclusive publishes r under key unless a record exists there.
 // It returns fs.ErrExist when one does.
 func writeRecordExclusive(volumes *os.Root, key string, r *Record) error {
-	b, err := json.Marshal(r)
+	return writeLinkExclusive(volumes, key, r, recordPath(key))
+}
+
+// writeLinkExclusive publishes v, as JSON, as the target of a new symlink
+// name below dir (full: its path on the share, for messages); fs.ErrExist
+// when something is there.
+func writeLinkExclusive(dir *os.Root, name string, v any, full string) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if err := volumes.Symlink(string(b), key); err != nil {
+	if err := dir.Symlink(string(b), name); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fs.ErrExist
 		}
@@ -165,7 +205,7 @@ func writeRecordExclusive(volumes *os.Root, key string, r *Record) error {
 		if errors.As(err, &le) {
 			err = le.Err
 		}
-		return onShare(err, "write volume record %s", recordPath(key))
+		return onShare(err, "write record %s", full)
 	}
 	return nil
 }

@@ -44,25 +44,34 @@ func figureKey(rec *Record) string {
 // usageDir returns the open usage directory, opening it (and with create,
 // making it) the first time.
 func (a *Area) usageDir(create bool) (*os.Root, error) {
+	return a.lazyMetaDir(usageName, &a.usage, create)
+}
+
+// lazyMetaDir returns the metadata directory name kept in *slot, opening
+// it (and with create, making it) the first time, with the checks every
+// metadata directory gets (checkMetaDir): directories added after format 1
+// began (usage, snapshots) come into being on first use, so older shares
+// need no migration.
+func (a *Area) lazyMetaDir(name string, slot **os.Root, create bool) (*os.Root, error) {
 	a.umu.Lock()
 	defer a.umu.Unlock()
-	if a.usage != nil {
-		return a.usage, nil
+	if *slot != nil {
+		return *slot, nil
 	}
-	full := path.Join(safepath.MetaDir, usageName)
+	full := path.Join(safepath.MetaDir, name)
 	if create {
-		if err := mkdirMeta(a.meta, usageName, full); err != nil {
+		if err := mkdirMeta(a.meta, name, full); err != nil {
 			return nil, err
 		}
 	}
-	if err := checkMetaDir(a.meta, usageName, full, a.owner); err != nil {
+	if err := checkMetaDir(a.meta, name, full, a.owner); err != nil {
 		return nil, err
 	}
-	r, err := openMetaDir(a.meta, usageName)
+	r, err := openMetaDir(a.meta, name)
 	if err != nil {
 		return nil, err
 	}
-	a.usage = r
+	*slot = r
 	return r, nil
 }
 

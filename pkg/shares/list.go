@@ -142,8 +142,8 @@ func (s *Set) listed(a *provision.Area, share *Share, e export.Export, key strin
 		klog.Warningf("listing volumes: share %s: %v; left out", e, err)
 		return nil, nil
 	}
-	if err != nil || rec == nil || rec.SharedDir {
-		return nil, err
+	if err != nil || rec == nil || rec.SharedDir || rec.Filling {
+		return nil, err // a volume still being filled does not exist yet for the CO
 	}
 	opts := share.Options
 	if rec.Options != "" {

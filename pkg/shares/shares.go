@@ -32,7 +32,8 @@ type Set struct {
 	mounts *sharemount.Manager
 	purger *provision.Purger // nil: no purges (adopt)
 	acct   *accountant       // nil: no usage counts (adopt, nodes)
-	bg     context.Context   // ends when purges and counts stop
+	copies *copies
+	bg     context.Context // ends when purges and counts stop
 	stop   context.CancelFunc
 	wg     sync.WaitGroup // counts running
 
@@ -57,6 +58,8 @@ type Config struct {
 	// Accounting configures the usage counts; its zero value counts
 	// nothing.
 	Accounting Accounting
+	// Copying configures the copies of snapshots, restores and clones.
+	Copying Copying
 }
 
 // New returns the Set for cfg, mounting through m.
@@ -65,7 +68,7 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{mounts: mounts}
+	s := &Set{mounts: mounts, copies: newCopies(cfg.Copying)}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	if cfg.PurgeWorkers > 0 {
 		s.purger = provision.NewPurger(cfg.PurgeWorkers)
@@ -148,7 +151,13 @@ func (s *Set) OnVolume(ctx context.Context, id volumeid.ID, fn func(*provision.A
 // mounted with opts, and keeps options too long for the ID in the
 // registry.
 func (s *Set) VolumeID(e export.Export, rec *provision.Record, opts mountopts.Options) (volumeid.ID, error) {
-	id, err := volumeid.ForShare(e, rec.Key(), rec.Token, opts)
+	return s.idFor(e, rec.Key(), rec.Token, opts)
+}
+
+// idFor returns the ID of the record key.token on the share e mounted with
+// opts, keeping options too long for the ID in the registry.
+func (s *Set) idFor(e export.Export, key, token string, opts mountopts.Options) (volumeid.ID, error) {
+	id, err := volumeid.ForShare(e, key, token, opts)
 	if err != nil {
 		return id, fault.New(fault.InvalidArgument, "%v", err)
 	}
@@ -239,7 +248,35 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 		stale.close()
 	}
 	s.kick(share, opened.purge) // resume purges left by a restart
+	if s.purger != nil {
+		s.resumeSnapshots(a, share) // and snapshots a restart cut
+	}
 	return a, share, nil
+}
+
+// resumeSnapshots starts the copies of the share's unfinished snapshots,
+// in the background: the share may not answer. (Volumes being filled
+// resume at the CreateVolume retry that asks for them.)
+func (s *Set) resumeSnapshots(a *provision.Area, share *Share) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		keys, err := a.SnapshotKeys()
+		if err != nil {
+			klog.Warningf("share %s: resuming snapshots: %v", share.Path, err)
+			return
+		}
+		for _, key := range keys {
+			snap, err := a.SnapshotRecord(key)
+			if err != nil || snap == nil {
+				continue
+			}
+			id := volumeid.ID{Key: key, Token: snap.Token, Snapshot: true}
+			if _, err := s.snapshotState(a, share, id, snap, 0); err != nil {
+				klog.Warningf("share %s: resuming snapshot %q: %v", share.Path, snap.Name, err)
+			}
+		}
+	}()
 }
 
 // purgeArea opens the share's Area on the share's purge mount; without

@@ -12,6 +12,11 @@
 //
 //	n1|<server>|<share>|<key>.<token>|<options>
 //
+// A snapshot ID has the same fields under the prefix "s1": the export and
+// options of its source volume's share, and the key and token of the
+// snapshot's record. Parse never accepts a snapshot ID, nor ParseSnapshot a
+// volume ID, so neither can stand for the other.
+//
 // <key> (20 base32 characters) names the record and is derived from the
 // volume's directory (and, for a volume sharing its directory, its name);
 // <token> (8 base32 characters) is random per creation, so an ID
@@ -41,11 +46,12 @@ import (
 const MaxLen = 128
 
 const (
-	prefix   = "n1"
-	sep      = "|"
-	keyLen   = 20
-	tokenLen = 8
-	refLen   = 16
+	prefix     = "n1"
+	snapPrefix = "s1"
+	sep        = "|"
+	keyLen     = 20
+	tokenLen   = 8
+	refLen     = 16
 )
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
@@ -60,6 +66,8 @@ type ID struct {
 	Token      string // random per creation
 	Options    string // mount options for the share; with OptionsRef, only those needed to reach it
 	OptionsRef string // digest of the mount options, when they did not fit
+	// Snapshot marks a snapshot's ID: Key and Token are its record's.
+	Snapshot bool
 }
 
 // KeyForDir returns the record key of the volume that owns the directory
@@ -74,6 +82,17 @@ func KeyForSharedDir(subDir string) string { return key("nfsdir-shared-dir\x00" 
 // several volumes share.
 func KeyForShared(subDir, name string) string {
 	return key("nfsdir-shared\x00" + subDir + "\x00" + name)
+}
+
+// KeyForSnapshot returns the record key of the snapshot named name (its
+// CSI name, unique per cluster).
+func KeyForSnapshot(name string) string { return key("nfsdir-snapshot\x00" + name) }
+
+// SnapshotOf returns the ID of a snapshot recorded under key and token on
+// the share of the volume id: same export, same options.
+func SnapshotOf(id ID, key, token string) ID {
+	id.Key, id.Token, id.Snapshot = key, token, true
+	return id
 }
 
 func key(s string) string {
@@ -130,7 +149,11 @@ func (id ID) String() string {
 			opts += "," + escape(id.Options)
 		}
 	}
-	return strings.Join([]string{prefix, escape(id.Export.Server), escape(id.Export.Share),
+	p := prefix
+	if id.Snapshot {
+		p = snapPrefix
+	}
+	return strings.Join([]string{p, escape(id.Export.Server), escape(id.Export.Share),
 		id.Key + "." + id.Token, opts}, sep)
 }
 
@@ -138,12 +161,21 @@ func (id ID) String() string {
 // strings that are not nfsdir IDs at all, and a descriptive error for IDs
 // that are malformed. It accepts only the canonical spelling, so every ID
 // names exactly one volume.
-func Parse(s string) (ID, error) {
-	if !strings.HasPrefix(s, prefix+sep) {
+func Parse(s string) (ID, error) { return parse(s, false) }
+
+// ParseSnapshot parses an nfsdir snapshot ID as Parse does a volume ID.
+func ParseSnapshot(s string) (ID, error) { return parse(s, true) }
+
+func parse(s string, snapshot bool) (ID, error) {
+	p := prefix
+	if snapshot {
+		p = snapPrefix
+	}
+	if !strings.HasPrefix(s, p+sep) {
 		return ID{}, fmt.Errorf("%w: %q", ErrNotNative, truncate(s))
 	}
 	if len(s) > MaxLen {
-		return ID{}, fmt.Errorf("volume ID is %d bytes long; at most %d", len(s), MaxLen)
+		return ID{}, fmt.Errorf("ID is %d bytes long; at most %d", len(s), MaxLen)
 	}
 	f := strings.Split(s, sep)
 	if len(f) != 5 {
@@ -162,7 +194,7 @@ func Parse(s string) (ID, error) {
 	if !ok || !isBase32(key, keyLen) || !isBase32(token, tokenLen) {
 		return ID{}, fmt.Errorf("volume ID %q: malformed key", s)
 	}
-	id := ID{Export: e, Key: key, Token: token}
+	id := ID{Export: e, Key: key, Token: token, Snapshot: snapshot}
 	if ref, ok := strings.CutPrefix(f[4], "@"); ok {
 		ref, reach, _ := strings.Cut(ref, ",")
 		if !isHex(ref, refLen) {

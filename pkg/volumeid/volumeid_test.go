@@ -40,6 +40,30 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+func TestSnapshotIDsAreNeverVolumeIDs(t *testing.T) {
+	vol, err := New(mustExport(t, "nfs.example.com", "/srv/nfs"), KeyForDir("pvc-1"), NewToken(), "nfsvers=4.2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := SnapshotOf(vol, KeyForSnapshot("snapshot-1"), NewToken())
+	s := snap.String()
+	if !strings.HasPrefix(s, "s1|") {
+		t.Fatalf("snapshot ID %q does not start with s1|", s)
+	}
+	if got, err := ParseSnapshot(s); err != nil || got != snap {
+		t.Errorf("ParseSnapshot(%q) = %+v, %v; want %+v", s, got, err, snap)
+	}
+	if _, err := Parse(s); !errors.Is(err, ErrNotNative) {
+		t.Errorf("Parse(snapshot ID %q) = %v; want ErrNotNative", s, err)
+	}
+	if _, err := ParseSnapshot(vol.String()); !errors.Is(err, ErrNotNative) {
+		t.Errorf("ParseSnapshot(volume ID %q) = %v; want ErrNotNative", vol.String(), err)
+	}
+	if KeyForSnapshot("a") == KeyForDir("a") {
+		t.Error("a snapshot's key equals a directory's key")
+	}
+}
+
 func TestOptionsReference(t *testing.T) {
 	opts := "nfsvers=4.2,hard,timeo=600,retrans=5,rsize=1048576,wsize=1048576,sec=krb5p,xprtsec=mtls,noresvport"
 	o, err := mountopts.Parse(opts)
@@ -138,10 +162,22 @@ func FuzzParse(f *testing.F) {
 	f.Add("n1|s|/x|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|@0123456789abcdef,vers=3,port=2049")
 	f.Add("n1|s|/x|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|@0123456789abcdef,")
 	f.Add("10.0.0.1#srv#../../etc#u#delete")
+	f.Add(SnapshotOf(id, KeyForSnapshot("snap"), "abcdefgh").String())
 	f.Fuzz(func(t *testing.T, s string) {
-		id, err := Parse(s)
-		if err != nil {
-			return
+		vol, verr := Parse(s)
+		snap, serr := ParseSnapshot(s)
+		if verr == nil && serr == nil {
+			t.Fatalf("%q parses as both a volume and a snapshot ID", s)
+		}
+		id := vol
+		if verr != nil {
+			if serr != nil {
+				return
+			}
+			id = snap
+			if !id.Snapshot {
+				t.Fatalf("snapshot ID %q parsed without its kind", s)
+			}
 		}
 		if id.String() != s || len(s) > MaxLen {
 			t.Fatalf("accepted %q does not round-trip: %q", s, id.String())

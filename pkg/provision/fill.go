@@ -1,0 +1,293 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// ErrGone says the snapshot or volume a fill was started for was deleted
+// meanwhile: there is nothing left to fill.
+var ErrGone = errors.New("deleted while it was being filled")
+
+// FillSnapshot makes the copy of the snapshot of id, unless it is complete
+// already, with c: into a directory of this attempt's own, renamed to the
+// snapshot's final name only once complete. Copies left by earlier attempts
+// (a crash, or a controller that lost its leadership) are moved into the
+// trash first; such an attempt, if still running, can then never finish
+// (its rename fails). The source volume must still exist and be the
+// sealed directory: a snapshot whose source was deleted before its copy
+// was complete is FailedPrecondition, for good. ErrGone: the snapshot
+// was deleted. The caller kicks the purge after an error.
+func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copier) (treecopy.Result, error) {
+	var res treecopy.Result
+	s, err := a.LookupSnapshot(id)
+	if err != nil {
+		return res, err
+	}
+	if s == nil {
+		return res, ErrGone
+	}
+	if ready, err := a.SnapshotReady(s); err != nil || ready {
+		return res, err
+	}
+	vol, err := readRecord(a.volumes, s.SourceKey)
+	if err != nil {
+		return res, err
+	}
+	if vol == nil || vol.Token != s.SourceToken || vol.FileID == 0 {
+		return res, fault.New(fault.FailedPrecondition, "snapshot %q: its source volume %q was deleted before the snapshot was complete; delete the snapshot", s.Name, s.SourceName)
+	}
+	dir, err := a.snapshotDir(false)
+	if err != nil {
+		return res, err
+	}
+	attempt := s.attemptPrefix() + volumeid.NewToken()
+	if err := a.trashAttempts(dir, s, attempt); err != nil {
+		return res, err
+	}
+	if err := dir.Mkdir(attempt, 0o700); err != nil {
+		return res, onShare(err, "create %s", path.Join(snapshotsDir, attempt))
+	}
+	src, err := a.openVolumeDir(vol)
+	if err != nil {
+		return res, errors.Join(onShare(err, "open the directory of volume %q", vol.Name), a.trashSnapshotData(dir, attempt))
+	}
+	defer unix.Close(src)
+	dst, err := openAt(dir, attempt)
+	if err != nil {
+		return res, errors.Join(onShare(err, "open %s", path.Join(snapshotsDir, attempt)), a.trashSnapshotData(dir, attempt))
+	}
+	defer unix.Close(dst)
+	res, err = c.Copy(ctx, src, dst, true)
+	if err != nil {
+		return res, errors.Join(onShare(err, "snapshot %q of volume %q", s.Name, vol.Name), a.trashSnapshotData(dir, attempt))
+	}
+	err = renameBetween(dir, attempt, dir, s.dataName())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return res, fault.New(fault.Aborted, "snapshot %q: another attempt took this one's copy away (a second controller); its own copy is what counts", s.Name)
+	case errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY):
+		return res, a.trashSnapshotData(dir, attempt) // another attempt finished first
+	case err != nil:
+		return res, errors.Join(onShare(err, "complete snapshot %q", s.Name), a.trashSnapshotData(dir, attempt))
+	}
+	// Deleted meanwhile: DeleteSnapshot may have moved the copies before
+	// this rename, so the copy is moved away here.
+	if now, err := a.LookupSnapshot(id); err == nil && now == nil {
+		return res, errors.Join(ErrGone, a.trashSnapshotData(dir, s.dataName()))
+	}
+	return res, nil
+}
+
+// checkSource checks that the source of req can fill it: it exists on
+// this share, is complete, and fits the requested capacity.
+func (a *Area) checkSource(req Request) error {
+	src := req.Source
+	if src.Snapshot {
+		s, err := a.LookupSnapshot(volumeid.ID{Key: src.Key, Token: src.Token})
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			return fault.New(fault.NotFound, "snapshot %s.%s does not exist on this share", src.Key, src.Token)
+		}
+		ready, err := a.SnapshotReady(s)
+		if err != nil {
+			return err
+		}
+		if !ready {
+			return fault.New(fault.Unavailable, "snapshot %q is not ready to use yet; retry once it is", s.Name)
+		}
+		return fitsIn(req, s.SizeBytes, "snapshot "+s.Name)
+	}
+	vol, err := a.Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
+	if err != nil {
+		return err
+	}
+	if vol == nil {
+		return fault.New(fault.NotFound, "source volume %s.%s does not exist on this share", src.Key, src.Token)
+	}
+	if vol.Filling || vol.FileID == 0 {
+		return fault.New(fault.Unavailable, "source volume %q is not complete yet; retry once it is", vol.Name)
+	}
+	return fitsIn(req, vol.CapacityBytes, "volume "+vol.Name)
+}
+
+// fitsIn fails with OutOfRange when req asks for less than size bytes.
+func fitsIn(req Request, size int64, what string) error {
+	if req.CapacityBytes > 0 && req.CapacityBytes < size {
+		return fault.New(fault.OutOfRange, "volume %q asks for %d bytes, less than the %d bytes of its source %s", req.Name, req.CapacityBytes, size, what)
+	}
+	return nil
+}
+
+// Fill copies the source of the volume of id into its directory with c
+// and marks the volume usable, unless it is already. The directory is the
+// sealed one Create made; one an earlier attempt left partly filled is
+// moved into the trash and made anew (sealed again) first, so a copy is
+// always made into an empty directory, and the volume is marked usable
+// only if its record still seals the directory this attempt filled: an
+// attempt overtaken by another (a second controller) never marks the
+// other's partial copy complete. ErrGone: the volume was deleted. The
+// caller kicks the purge after an error.
+func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (treecopy.Result, error) {
+	var res treecopy.Result
+	rec, err := a.Lookup(id)
+	if err != nil || rec == nil {
+		if err == nil {
+			err = ErrGone
+		}
+		return res, err
+	}
+	if !rec.Filling {
+		return res, nil
+	}
+	src, err := a.openSource(rec)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(src)
+	dst, err := a.emptyVolumeDir(id, rec)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(dst)
+	var st unix.Stat_t
+	if err := unix.Fstat(dst, &st); err != nil {
+		return res, onShare(err, "check %q", rec.SubDir)
+	}
+	res, err = c.Copy(ctx, src, dst, false)
+	if err != nil {
+		return res, onShare(err, "fill volume %q from %s", rec.Name, rec.Source)
+	}
+	done, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+		if r.FileID != st.Ino {
+			return fault.New(fault.Aborted, "volume %q: another attempt made its directory anew while this one filled it; that attempt's copy is what counts", r.Name)
+		}
+		r.Filling = false
+		return nil
+	})
+	if err == nil && done == nil {
+		err = ErrGone
+	}
+	return res, err
+}
+
+// openSource opens the directory the volume rec is filled from.
+func (a *Area) openSource(rec *Record) (int, error) {
+	src := rec.Source
+	if src.Snapshot {
+		s, err := a.LookupSnapshot(volumeid.ID{Key: src.Key, Token: src.Token})
+		if err != nil {
+			return -1, err
+		}
+		if s == nil {
+			return -1, fault.New(fault.FailedPrecondition, "volume %q: the snapshot it is restored from was deleted before the restore was complete; delete the volume", rec.Name)
+		}
+		dir, err := a.snapshotDir(false)
+		if err != nil {
+			return -1, err
+		}
+		fd, err := openAt(dir, s.dataName())
+		if err != nil {
+			return -1, onShare(err, "open the copy of snapshot %q", s.Name)
+		}
+		return fd, nil
+	}
+	vol, err := a.Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
+	if err != nil {
+		return -1, err
+	}
+	if vol == nil || vol.FileID == 0 {
+		return -1, fault.New(fault.FailedPrecondition, "volume %q: the volume it is cloned from was deleted before the clone was complete; delete the volume", rec.Name)
+	}
+	fd, err := a.openVolumeDir(vol)
+	if err != nil {
+		return -1, onShare(err, "open the directory of volume %q", vol.Name)
+	}
+	return fd, nil
+}
+
+// emptyVolumeDir opens the sealed directory of the filling volume rec,
+// making it anew first when an earlier attempt left anything in it.
+func (a *Area) emptyVolumeDir(id volumeid.ID, rec *Record) (int, error) {
+	fd, err := a.openVolumeDir(rec)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return -1, onShare(err, "open the directory of volume %q", rec.Name)
+	}
+	if err == nil {
+		empty, err := isEmpty(fd)
+		if err != nil || empty {
+			if err != nil {
+				unix.Close(fd)
+			}
+			return fd, err
+		}
+		unix.Close(fd)
+		klog.Infof("volume %q: an earlier fill was cut; making its directory %q anew", rec.Name, rec.SubDir)
+		if err := a.moveVerified(rec, a.trash, "filling-"+trashName(id)+"."+volumeid.NewToken()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return -1, err
+		}
+	}
+	// Gone, or moved away: unseal the record, then make and seal the
+	// directory as Create does.
+	sealed := rec.FileID
+	next, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+		if r.FileID != sealed {
+			return fault.New(fault.Aborted, "volume %q: another attempt is making its directory anew; retry", r.Name)
+		}
+		r.FileID, r.Handle = 0, ""
+		return nil
+	})
+	if err != nil {
+		return -1, err
+	}
+	if next == nil {
+		return -1, ErrGone
+	}
+	if err := a.makeDir(id.Key, next, false); err != nil {
+		return -1, err
+	}
+	*rec = *next
+	return a.openVolumeDir(rec)
+}
+
+// isEmpty reports whether the directory open as fd has no entries (read
+// on a description of its own: fd's offset stays).
+func isEmpty(fd int) (bool, error) {
+	d, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	f := os.NewFile(uintptr(d), ".")
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if len(names) > 0 {
+		return false, nil
+	}
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return false, err
+}
+
+// openAt opens the directory name below dir without following a symlink.
+func openAt(dir *os.Root, name string) (int, error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return -1, err
+	}
+	defer d.Close()
+	return unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
