@@ -70,6 +70,8 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.DurationVar(&cfg.CountEvery, "usage-count-every", cfg.CountEvery, "how often the controller counts what each volume uses, at most (0: never; nodes then report the export's statfs figures)")
 	fs.Float64Var(&cfg.CountRate, "usage-count-rate", cfg.CountRate, "files and directories the usage counts look at per second, all together (0: no bound)")
 	fs.IntVar(&cfg.CountWorkers, "usage-count-workers", cfg.CountWorkers, "how many volumes are counted at once")
+	fs.IntVar(&cfg.CopyWorkers, "copy-workers", cfg.CopyWorkers, "how many snapshots, restores and clones are copied at once (more wait their turn)")
+	fs.Float64Var(&cfg.CopyRate, "copy-rate", 0, "files and directories the snapshot, restore and clone copies make per second, all together (0: no bound)")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
 	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", cfg.KubeletDir, "kubelet's root directory; the node service mounts only on kubelet's CSI volume paths below it")

@@ -66,6 +66,11 @@ type Config struct {
 	CountEvery   time.Duration
 	CountRate    float64
 	CountWorkers int
+	// CopyWorkers is how many snapshot, restore and clone copies run at
+	// once; CopyRate bounds the entries they copy per second, all
+	// together (0: no bound).
+	CopyWorkers int
+	CopyRate    float64
 	// CheckOnly asks main to validate the configuration and exit.
 	CheckOnly bool
 	// MetricsAddress is host:port for Prometheus /metrics; "" is off.
@@ -110,7 +115,7 @@ func (c Config) MountPolicy() mountopts.Policy {
 func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
 		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4,
-		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2,
+		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2, CopyWorkers: 2,
 		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String()}
 }
 
@@ -139,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if c.CountEvery < 0 || c.CountRate < 0 || c.CountWorkers < 1 {
 		return fmt.Errorf("--usage-count-every and --usage-count-rate must not be negative, --usage-count-workers at least 1")
+	}
+	if c.CopyWorkers < 1 || c.CopyRate < 0 {
+		return fmt.Errorf("--copy-workers must be at least 1 and --copy-rate not negative")
 	}
 	if !strings.HasPrefix(c.StateDir, "/") {
 		return fmt.Errorf("--state-dir %q must be an absolute path", c.StateDir)

@@ -27,6 +27,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
 )
 
 // shutdownGrace bounds everything Serve does once asked to stop: finishing
@@ -62,7 +63,8 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
 		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers,
-			Accounting: shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}}, m)
+			Accounting: shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers},
+			Copying:    shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}}, m)
 		if err != nil {
 			return nil, err
 		}
@@ -76,6 +78,18 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.metrics.Counter("nfsdir_usage_counted_inodes_total", "Files and directories found by usage counts.", func() float64 { return float64(set.Accounting().Entries) })
 		d.metrics.GaugeByLabel("nfsdir_volumes_over_capacity", "Volumes whose last count found them using more than their capacity, by share.", "share", func() map[string]float64 { return set.Accounting().OverVolumes })
 		d.metrics.GaugeByLabel("nfsdir_bytes_over_capacity", "Bytes used beyond their capacity by the volumes over it, by share.", "share", func() map[string]float64 { return set.Accounting().OverBytes })
+		d.metrics.Gauge("nfsdir_copies_running", "Snapshot, restore and clone copies running.", func() float64 { return float64(set.Copies().Running) })
+		d.metrics.Counter("nfsdir_copies_completed_total", "Snapshot, restore and clone copies completed.", func() float64 { return float64(set.Copies().Completed) })
+		d.metrics.Counter("nfsdir_copies_failed_total", "Copy attempts that failed (retried; see the log).", func() float64 { return float64(set.Copies().Failed) })
+		d.metrics.Counter("nfsdir_copied_bytes_total", "File data copied by snapshots, restores and clones (holes not counted).", func() float64 { return float64(set.Copies().Bytes) })
+		d.metrics.CounterByLabel("nfsdir_copied_files_total", "Regular files copied by snapshots, restores and clones, by how their data was copied: clone (FICLONE, NFSv4.2 CLONE), copy_file_range (NFSv4.2 COPY: on the server) or read_write (through this controller).", "method", func() map[string]float64 {
+			st := set.Copies()
+			out := map[string]float64{}
+			for m, n := range st.ByMethod {
+				out[treecopy.Method(m).String()] = float64(n)
+			}
+			return out
+		})
 		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
 		csi.RegisterControllerServer(d.server, d.controller)

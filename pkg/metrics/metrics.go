@@ -166,18 +166,25 @@ func (c *slotConn) Close() error {
 // each scrape, one per label value; f must keep the values bounded (one
 // per share, say: never one per volume).
 func (m *Metrics) GaugeByLabel(name, help, label string, f func() map[string]float64) {
-	m.reg.MustRegister(&labelled{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f})
+	m.reg.MustRegister(&labelled{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f, kind: prometheus.GaugeValue})
+}
+
+// CounterByLabel registers a counter with one label as GaugeByLabel does
+// a gauge.
+func (m *Metrics) CounterByLabel(name, help, label string, f func() map[string]float64) {
+	m.reg.MustRegister(&labelled{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f, kind: prometheus.CounterValue})
 }
 
 type labelled struct {
 	desc *prometheus.Desc
 	f    func() map[string]float64
+	kind prometheus.ValueType
 }
 
 func (l *labelled) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
 
 func (l *labelled) Collect(ch chan<- prometheus.Metric) {
 	for v, x := range l.f() {
-		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, x, v)
+		ch <- prometheus.MustNewConstMetric(l.desc, l.kind, x, v)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
+	"github.com/nfsdir/nfsdir/pkg/usage"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -21,6 +22,8 @@ type Copying struct {
 	Workers int
 	// Copier copies each tree; its zero value means treecopy.Default.
 	Copier treecopy.Copier
+	// Rate bounds the entries all copies make per second (0: no bound).
+	Rate float64
 	// MinBackoff and MaxBackoff bound the wait before a failed copy is
 	// tried again (the next call that asks for it starts it).
 	MinBackoff, MaxBackoff time.Duration
@@ -65,6 +68,9 @@ func newCopies(cfg Copying) *copies {
 	}
 	if cfg.Copier.MaxOpen == 0 {
 		cfg.Copier = treecopy.Default
+	}
+	if cfg.Rate > 0 && cfg.Copier.Limit == nil {
+		cfg.Copier.Limit = &usage.Rate{PerSecond: cfg.Rate, Burst: max(1, int(cfg.Rate/10))}
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = time.Second

@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/pkg/treecopy/treecopytest"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+	"github.com/nfsdir/nfsdir/tests/lab"
+)
+
+// snapshotDir is where the complete copy of the snapshot id is on the
+// server.
+func snapshotDir(t *testing.T, id string) string {
+	t.Helper()
+	sid, err := volumeid.ParseSnapshot(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return onExport(".nfsdir/snapshots/" + sid.Key + "." + sid.Token)
+}
+
+// snapshotUntilReady calls CreateSnapshot until the snapshot is ready,
+// as csi-snapshotter does, and returns it with the number of calls made.
+func snapshotUntilReady(t *testing.T, c *lab.Client, name, source string) (*csi.Snapshot, int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for calls := 1; ; calls++ {
+		r, err := c.Controller.CreateSnapshot(lab.Ctx(t, time.Minute), &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: source})
+		switch {
+		case err == nil && r.Snapshot.ReadyToUse:
+			return r.Snapshot, calls
+		case err != nil && status.Code(err) != codes.Unavailable && status.Code(err) != codes.Aborted && status.Code(err) != codes.DeadlineExceeded:
+			t.Fatalf("CreateSnapshot %s: %v", name, err)
+		case time.Now().After(deadline):
+			t.Fatalf("snapshot %s not ready after 5 minutes (%v)", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// createUntilDone calls CreateVolume until it answers, as csi-provisioner
+// does while a volume is being filled, and returns the volume with the
+// number of calls made.
+func createUntilDone(t *testing.T, c *lab.Client, req *csi.CreateVolumeRequest) (*csi.Volume, int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for calls := 1; ; calls++ {
+		r, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), req)
+		switch {
+		case err == nil:
+			return r.Volume, calls
+		case status.Code(err) != codes.Aborted && status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded:
+			t.Fatalf("CreateVolume %s: %v", req.Name, err)
+		case time.Now().After(deadline):
+			t.Fatalf("volume %s not filled after 5 minutes: %v", req.Name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func fromSource(name string, vc *csi.VolumeCapability, snapshot, volume string) *csi.CreateVolumeRequest {
+	cs := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: volume}}}
+	if snapshot != "" {
+		cs = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapshot}}}
+	}
+	return &csi.CreateVolumeRequest{Name: name, Parameters: params("onDelete", "delete"), VolumeCapabilities: []*csi.VolumeCapability{vc},
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}, VolumeContentSource: cs}
+}
+
+// TestSnapshotRestoreCloneOnRealNFS: a snapshot of a hostile tree is the
+// tree, byte for byte and attribute for attribute as the server sees
+// both; a restore made after the source changed has the old data, a clone
+// the new; the snapshot outlives its source and restores after it is
+// gone; deleting the snapshot leaves nothing but the purge's work; nothing
+// outside the managed area is touched.
+func TestSnapshotRestoreCloneOnRealNFS(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.2")
+	src := c.Create(t, "pvc-snap-src", params("onDelete", "delete"), vc)
+	hostileTree(t, onExport("pvc-snap-src"))
+	snap, calls := snapshotUntilReady(t, c, "snap-hostile", src.VolumeId)
+	t.Logf("snapshot ready after %d CreateSnapshot calls", calls)
+	treecopytest.Compare(t, onExport("pvc-snap-src"), snapshotDir(t, snap.SnapshotId), true)
+	if snap.SizeBytes != src.CapacityBytes || snap.SourceVolumeId != src.VolumeId || snap.CreationTime.AsTime().IsZero() {
+		t.Errorf("snapshot %+v", snap)
+	}
+
+	// The source changes; a restore has the snapshot's data, a clone the
+	// source's.
+	must(t, os.WriteFile(onExport("pvc-snap-src/plain"), []byte("changed"), 0o644))
+	must(t, os.WriteFile(onExport("pvc-snap-src/added"), []byte("added"), 0o644))
+	restored, _ := createUntilDone(t, c, fromSource("pvc-snap-restored", vc, snap.SnapshotId, ""))
+	treecopytest.Compare(t, snapshotDir(t, snap.SnapshotId), onExport("pvc-snap-restored"), false)
+	clone, _ := createUntilDone(t, c, fromSource("pvc-snap-clone", vc, "", src.VolumeId))
+	treecopytest.Compare(t, onExport("pvc-snap-src"), onExport("pvc-snap-clone"), false)
+
+	// Published, the restored volume is an ordinary volume of its own.
+	target := filepath.Join(t.TempDir(), "mnt")
+	c.Publish(t, restored, target, vc, false)
+	b, err := os.ReadFile(filepath.Join(target, "plain"))
+	if err != nil || string(b) != "hello" {
+		t.Errorf("restored volume's plain through NFS = %q, %v; want the snapshot's hello", b, err)
+	}
+	c.Unpublish(t, restored, target)
+
+	// The snapshot outlives its source.
+	c.Delete(t, src)
+	late, _ := createUntilDone(t, c, fromSource("pvc-snap-late", vc, snap.SnapshotId, ""))
+	treecopytest.Compare(t, snapshotDir(t, snap.SnapshotId), onExport("pvc-snap-late"), false)
+	list, err := c.Controller.ListSnapshots(lab.Ctx(t, time.Minute), &csi.ListSnapshotsRequest{SnapshotId: snap.SnapshotId})
+	if err != nil || len(list.Entries) != 1 || !list.Entries[0].Snapshot.ReadyToUse {
+		t.Errorf("ListSnapshots after the source was deleted: %v, %v", list, err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if exists(snapshotDir(t, snap.SnapshotId)) {
+		t.Error("the snapshot's copy outlived DeleteSnapshot")
+	}
+	for _, v := range []*csi.Volume{restored, clone, late} {
+		c.Delete(t, v)
+	}
+	waitTrashEmpty(t)
+	left, _ := os.ReadDir(onExport(".nfsdir/snapshots"))
+	if len(left) != 0 {
+		t.Errorf(".nfsdir/snapshots holds %v after every snapshot was deleted", left)
+	}
+}
+
+// manyFiles writes n small files in n/100 directories below dir.
+func manyFiles(t *testing.T, dir string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		sub := filepath.Join(dir, fmt.Sprintf("d%03d", i/100))
+		if i%100 == 0 {
+			must(t, os.MkdirAll(sub, 0o755))
+		}
+		must(t, os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%03d", i%100)), []byte(fmt.Sprint(i)), 0o644))
+	}
+}
+
+// attempts lists the snapshot copies being made on the server.
+func attempts(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir(onExport(".nfsdir/snapshots"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestSnapshotAndRestoreResumeAfterAKill: the controller is killed
+// (SIGKILL) while a snapshot's copy and then a restore's fill are under
+// way. Neither leaves anything that looks complete: the snapshot is not
+// ready and has no final copy, the restored volume answers Aborted. After
+// the restart the copies start over and finish, the results are exact
+// copies, and the cut attempts' leftovers end in the trash and are purged.
+func TestSnapshotAndRestoreResumeAfterAKill(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	// Paced, so that each copy outlasts the call that starts it (2 s).
+	p := lab.StartBinary(t, "", "--copy-rate=500")
+	c := lab.Connect(t, p.Endpoint)
+	vc := lab.RWX("nfsvers=4.2")
+	src := c.Create(t, "pvc-kill-src", params("onDelete", "delete"), vc)
+	manyFiles(t, onExport("pvc-kill-src"), 2000)
+
+	r, err := c.Controller.CreateSnapshot(lab.Ctx(t, time.Minute), &csi.CreateSnapshotRequest{Name: "snap-kill", SourceVolumeId: src.VolumeId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Snapshot.ReadyToUse {
+		t.Fatal("a 2,000-file snapshot paced at 500 entries/s was ready within the call")
+	}
+	p.Kill()
+	if exists(snapshotDir(t, r.Snapshot.SnapshotId)) {
+		t.Fatal("a killed snapshot copy left a final copy")
+	}
+	if len(attempts(t)) != 1 {
+		t.Errorf("copies being made after the kill: %v; want the cut one", attempts(t))
+	}
+	must(t, p.Restart(t))
+	c = lab.Connect(t, p.Endpoint)
+	snap, calls := snapshotUntilReady(t, c, "snap-kill", src.VolumeId)
+	t.Logf("snapshot ready %d calls after the restart", calls)
+	treecopytest.Compare(t, onExport("pvc-kill-src"), snapshotDir(t, snap.SnapshotId), true)
+	if a := attempts(t); len(a) != 0 {
+		t.Errorf("copies being made after the snapshot is ready: %v", a)
+	}
+
+	req := fromSource("pvc-kill-restored", vc, snap.SnapshotId, "")
+	if _, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), req); status.Code(err) != codes.Aborted {
+		t.Fatalf("restore of 2,000 files paced at 500 entries/s answered %v within the call; want Aborted while it fills", err)
+	}
+	p.Kill()
+	must(t, p.Restart(t))
+	c = lab.Connect(t, p.Endpoint)
+	list, err := c.Controller.ListVolumes(lab.Ctx(t, time.Minute), &csi.ListVolumesRequest{})
+	must(t, err)
+	for _, e := range list.Entries {
+		if e.Volume.VolumeContext["subDir"] == "pvc-kill-restored" {
+			t.Error("a volume still being filled is listed")
+		}
+	}
+	restored, calls := createUntilDone(t, c, req)
+	t.Logf("restore done %d calls after the restart", calls)
+	treecopytest.Compare(t, snapshotDir(t, snap.SnapshotId), onExport("pvc-kill-restored"), false)
+
+	if _, err := c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId}); err != nil {
+		t.Fatal(err)
+	}
+	c.Delete(t, restored)
+	c.Delete(t, src)
+	waitTrashEmpty(t)
+}
