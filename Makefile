@@ -95,6 +95,7 @@ K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) 
 ETCD_VERSION := v3.6.16
 CSI_PROVISIONER_VERSION := v5.3.0
 CSI_RESIZER_VERSION := v1.14.0
+CSI_SNAPSHOTTER_VERSION := v8.7.0
 k8s-bins:
 	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
 	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
@@ -106,6 +107,9 @@ k8s-bins:
 	cd tests/k8s/sidecars/resizer && grep -q 'external-resizer $(CSI_RESIZER_VERSION)' go.mod && \
 		$(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_RESIZER_VERSION)' -o $(CURDIR)/bin/k8s/csi-resizer \
 		github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
+	cd tests/k8s/sidecars/snapshotter && grep -q 'external-snapshotter/v8 $(CSI_SNAPSHOTTER_VERSION)' go.mod && \
+		for b in csi-snapshotter snapshot-controller; do $(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_SNAPSHOTTER_VERSION)' \
+		-o $(CURDIR)/bin/k8s/$$b github.com/kubernetes-csi/external-snapshotter/v8/cmd/$$b || exit 1; done
 
 ## k8s-e2e-bins: Kubernetes' e2e.test (its storage suite runs nfsdir as an external
 ## driver), the agnhost test image program and the Ginkgo CLI that runs e2e.test in
@@ -145,6 +149,8 @@ lab-images: lab-deps
 		-tag lab.local/csi-provisioner:$(CSI_PROVISIONER_VERSION) -entrypoint /csi-provisioner -file bin/k8s/csi-provisioner:/csi-provisioner; fi
 	if [ -x bin/k8s/csi-resizer ]; then bin/k8s-tools/imagebuild -o bin/images/csi-resizer.tar \
 		-tag lab.local/csi-resizer:$(CSI_RESIZER_VERSION) -entrypoint /csi-resizer -file bin/k8s/csi-resizer:/csi-resizer; fi
+	if [ -x bin/k8s/csi-snapshotter ]; then bin/k8s-tools/imagebuild -o bin/images/csi-snapshotter.tar \
+		-tag lab.local/csi-snapshotter:$(CSI_SNAPSHOTTER_VERSION) -entrypoint /csi-snapshotter -file bin/k8s/csi-snapshotter:/csi-snapshotter; fi
 
 ## e2e-smoke: containerd and runc (Debian packages) in the lab guest import and run the
 ## lab images: the first step of the Kubernetes end-to-end lab.
@@ -165,11 +171,14 @@ E2E_RUN ?= TestDriverOnKubernetes
 E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=4096 NFSDIR_LAB_TCG=multi
 # e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
 define e2e-payload
-	for b in $(E2E_BINS) csi-provisioner csi-resizer; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
+	for b in $(E2E_BINS) csi-provisioner csi-resizer csi-snapshotter snapshot-controller; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
 	$(MAKE) lab-images
-	rm -rf $(1) && mkdir -p $(1)/images $(1)/chart
+	rm -rf $(1) && mkdir -p $(1)/images $(1)/chart $(1)/snapshot-crds
 	tests/k8s/fetch-runtime.sh $(1)
-	for b in $(E2E_BINS); do cp bin/k8s/$$b $(1)/; done
+	for b in $(E2E_BINS) snapshot-controller; do cp bin/k8s/$$b $(1)/; done
+	crds=$$(cd tests/k8s/sidecars/snapshotter && $(GO) mod download github.com/kubernetes-csi/external-snapshotter/client/v8 && \
+		$(GO) list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)/config/crd && \
+		cp $$crds/snapshot.storage.k8s.io_*.yaml $(1)/snapshot-crds/
 	cp $(HELM) $(1)/helm
 	cp -r charts/nfsdir $(1)/chart/ && cp -r deploy/example $(1)/example
 	cp bin/images/*.tar $(1)/images/

@@ -39,7 +39,7 @@ func helm(t *testing.T) string {
 // valueSets are the configurations every check runs on.
 var valueSets = map[string][]string{
 	"default":      nil,
-	"snapshots":    {"feature.enableSnapshotter=true", "feature.enableResizer=false"},
+	"snapshots":    {"feature.enableSnapshotter=true", "feature.enableResizer=false", "volumeSnapshotClasses[0].name=nfsdir", "volumeSnapshotClasses[0].default=true", "volumeSnapshotClasses[1].name=nfsdir-retain", "volumeSnapshotClasses[1].deletionPolicy=Retain"},
 	"inline":       {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
 	"kubeletdir":   {"kubeletDir=/var/lib/k0s/kubelet/"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
@@ -57,6 +57,7 @@ type rendered struct {
 	crBindings  []rbacv1.ClusterRoleBinding
 	roles       []rbacv1.Role
 	roleBinds   []rbacv1.RoleBinding
+	snapClasses []volumeSnapshotClass
 	names       map[string]int // "Kind/namespace/name" -> count
 }
 
@@ -128,6 +129,8 @@ func render(t *testing.T, release string, set []string) *rendered {
 			decodeAppend(t, d, &r.roles)
 		case "RoleBinding":
 			decodeAppend(t, d, &r.roleBinds)
+		case "VolumeSnapshotClass":
+			decodeAppend(t, d, &r.snapClasses)
 		default:
 			t.Errorf("unexpected kind %s", meta.Kind)
 		}
@@ -274,6 +277,7 @@ func TestInvariants(t *testing.T) {
 			if (container(t, dep, "csi-snapshotter") != nil) != snap || (container(t, dep, "csi-resizer") != nil) == strings.Contains(values, "enableResizer=false") {
 				t.Error("snapshotter/resizer sidecars do not follow their switches")
 			}
+			checkSnapshotClasses(t, r, snap)
 
 			// Node.
 			ds := r.daemonSets[0].Spec.Template.Spec
@@ -484,6 +488,47 @@ func TestVolumeAttributesClassFollowsTheCluster(t *testing.T) {
 		}
 		if want := map[bool]int{false: 1, true: 2}[c.want]; readers != want {
 			t.Errorf("%v: %d rules read volumeattributesclasses, want %d", c.set, readers, want)
+		}
+	}
+}
+
+// volumeSnapshotClass is the part of snapshot.storage.k8s.io/v1
+// VolumeSnapshotClass the chart sets (the type lives in the
+// external-snapshotter client module, which the chart test does not need).
+type volumeSnapshotClass struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name        string            `json:"name"`
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Driver         string `json:"driver"`
+	DeletionPolicy string `json:"deletionPolicy"`
+}
+
+// checkSnapshotClasses: VolumeSnapshotClasses only with the snapshotter,
+// for this driver, with a valid deletion policy (Delete by default), the
+// default one annotated.
+func checkSnapshotClasses(t *testing.T, r *rendered, snap bool) {
+	t.Helper()
+	if !snap {
+		if len(r.snapClasses) != 0 {
+			t.Errorf("VolumeSnapshotClasses without the snapshotter: %+v", r.snapClasses)
+		}
+		return
+	}
+	if len(r.snapClasses) != 2 {
+		t.Fatalf("VolumeSnapshotClasses: %+v, want the two asked for", r.snapClasses)
+	}
+	for _, c := range r.snapClasses {
+		want := map[string]string{"nfsdir": "Delete", "nfsdir-retain": "Retain"}[c.Metadata.Name]
+		if c.APIVersion != "snapshot.storage.k8s.io/v1" || c.Driver != "nfsdir.csi.io" || c.DeletionPolicy != want {
+			t.Errorf("VolumeSnapshotClass %+v; want driver nfsdir.csi.io, deletionPolicy %s", c, want)
+		}
+		def := c.Metadata.Annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
+		if def != (c.Metadata.Name == "nfsdir") {
+			t.Errorf("VolumeSnapshotClass %s default=%v", c.Metadata.Name, def)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -123,6 +124,7 @@ func startCluster(t *testing.T) *cluster {
 		"--service-account-private-key-file="+p("sa.key"), "--use-service-account-credentials", "--leader-elect=false",
 		"--cluster-cidr="+podRange, "--service-cluster-ip-range="+serviceRange)
 	c.run("kube-scheduler", nil, "--kubeconfig="+sched, "--leader-elect=false")
+	c.startSnapshotController()
 	c.startContainerd()
 
 	os.WriteFile(p("kubelet.yaml"), []byte(`apiVersion: kubelet.config.k8s.io/v1beta1
@@ -161,6 +163,27 @@ resolvConf: ""
 		return err == nil, err
 	}, "kube-controller-manager")
 	return c
+}
+
+// startSnapshotController applies the VolumeSnapshot CRDs of the payload
+// (external-snapshotter's config/crd) and runs its snapshot-controller, as
+// a cluster that offers snapshots does; a payload without them has none.
+// The controller runs as a process with the admin's credentials, standing
+// in for the Deployment and RBAC a cluster installs it with.
+func (c *cluster) startSnapshotController() {
+	files, _ := filepath.Glob(filepath.Join(c.bin, "snapshot-crds", "*.yaml"))
+	if len(files) == 0 {
+		return
+	}
+	for _, f := range files {
+		c.create(c.manifest(f))
+	}
+	c.waitFor("VolumeSnapshot CRDs served", 2*time.Minute, func() (bool, error) {
+		_, err := c.dyn.Resource(resources["VolumeSnapshotClass"]).List(context.Background(), metav1.ListOptions{})
+		return err == nil, err
+	})
+	c.run("snapshot-controller", nil, "--kubeconfig="+c.admin, "--leader-election=false")
+	c.stage("VolumeSnapshot CRDs and snapshot-controller")
 }
 
 // startContainerd starts containerd with the CRI plugin and the CNI bridge

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -53,6 +54,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"ReadOnlyPod", (*cluster).readOnlyPod},
 		{"OnDeletePolicies", (*cluster).onDeletePolicies},
 		{"VolumeAttributesClassOnDelete", (*cluster).volumeAttributesClassOnDelete},
+		{"SnapshotRestoreAndClone", (*cluster).snapshotRestoreAndClone},
 		{"StaticVolume", (*cluster).staticVolume},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
@@ -109,6 +111,8 @@ func labImageValues() []string {
 		"--set", "image.nfsdir.repository=lab.local/nfsdir", "--set", "image.nfsdir.tag=lab",
 		"--set", "image.csiProvisioner.repository=lab.local/csi-provisioner",
 		"--set", "image.csiResizer.repository=lab.local/csi-resizer",
+		"--set", "feature.enableSnapshotter=true", "--set", "image.csiSnapshotter.repository=lab.local/csi-snapshotter",
+		"--set", "volumeSnapshotClasses[0].name=nfsdir-snapshots", "--set", "volumeSnapshotClasses[0].deletionPolicy=Delete",
 		"--set", "image.livenessProbe.repository=lab.local/livenessprobe", "--set", "image.livenessProbe.tag=lab",
 		"--set", "image.nodeDriverRegistrar.repository=lab.local/csi-node-driver-registrar", "--set", "image.nodeDriverRegistrar.tag=lab",
 		// Counted every 15 s rather than 5 min: the lab checks kubelet's
@@ -662,4 +666,108 @@ func (c *cluster) noContainerRestarted() {
 			}
 		}
 	}
+}
+
+// claimWith is a 1Gi claim of the example StorageClass, from dataSource
+// when set (a YAML flow mapping), and a pod that runs script on it once.
+func claimWith(name, dataSource, script string) string {
+	ds := ""
+	if dataSource != "" {
+		ds = ", dataSource: " + dataSource
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: %[1]s, namespace: default}
+spec: {accessModes: [ReadWriteMany], storageClassName: nfsdir, resources: {requests: {storage: 1Gi}}%[2]s}
+---
+`, name, ds) + podOn(name+"-pod", name, script)
+}
+
+// podOn is a pod that runs script once with claim at /data.
+func podOn(pod, claim, script string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: w
+      image: lab.local/busybox:lab
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", %q]
+      volumeMounts: [{name: data, mountPath: /data}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: %s}}]
+`, pod, script, claim)
+}
+
+// snapshotRestoreAndClone: a pod writes a claim; a VolumeSnapshot of it
+// (the chart's csi-snapshotter and VolumeSnapshotClass, the cluster's
+// snapshot-controller) becomes ready with its copy on the share; the data
+// changes; a claim restored from the snapshot has the old data, a claim
+// cloned from the claim the new, each read by a pod through its own mount;
+// deleting the VolumeSnapshot (deletionPolicy Delete) removes its content
+// and its copy from the share.
+func (c *cluster) snapshotRestoreAndClone() {
+	ctx := context.Background()
+	defer c.dumpDriverOnFailure()
+	c.create(claimWith("snap-src", "", "mkdir -p /data/dir && echo v1 > /data/dir/file && ln -s dir/file /data/link && sync"))
+	c.podReaches("default", "snap-src-pod", corev1.PodSucceeded, 5*time.Minute)
+	c.create(`apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata: {name: snap-src-1, namespace: default}
+spec: {volumeSnapshotClassName: nfsdir-snapshots, source: {persistentVolumeClaimName: snap-src}}
+`)
+	snaps := c.dyn.Resource(resources["VolumeSnapshot"]).Namespace("default")
+	var content string
+	c.waitFor("VolumeSnapshot snap-src-1 readyToUse", 5*time.Minute, func() (bool, error) {
+		s, err := snaps.Get(ctx, "snap-src-1", metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		ready, _, _ := unstructured.NestedBool(s.Object, "status", "readyToUse")
+		content, _, _ = unstructured.NestedString(s.Object, "status", "boundVolumeSnapshotContentName")
+		return ready, fmt.Errorf("status %v", s.Object["status"])
+	}, "snapshot-controller")
+	vsc, err := c.dyn.Resource(resources["VolumeSnapshotContent"]).Get(ctx, content, metav1GetOptions)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	handle, _, _ := unstructured.NestedString(vsc.Object, "status", "snapshotHandle")
+	f := strings.Split(handle, "|")
+	if len(f) != 5 || f[0] != "s1" {
+		c.t.Fatalf("snapshot handle %q is not an nfsdir snapshot ID", handle)
+	}
+	copyDir := filepath.Join(serverDir, ".nfsdir", "snapshots", f[3])
+	if b, err := os.ReadFile(filepath.Join(copyDir, "dir", "file")); err != nil || string(b) != "v1\n" {
+		c.t.Fatalf("the snapshot's copy on the share holds %q, %v", b, err)
+	}
+	c.stage("VolumeSnapshot snap-src-1 ready, its copy on the share")
+
+	c.create(podOn("snap-src-change", "snap-src", "echo v2 > /data/dir/file && sync"))
+	c.podReaches("default", "snap-src-change", corev1.PodSucceeded, 5*time.Minute)
+	c.create(claimWith("snap-restored", "{apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: snap-src-1}",
+		"test \"$(cat /data/dir/file)\" = v1 && test \"$(readlink /data/link)\" = dir/file"))
+	c.create(claimWith("snap-clone", "{kind: PersistentVolumeClaim, name: snap-src}", "test \"$(cat /data/dir/file)\" = v2"))
+	c.podReaches("default", "snap-restored-pod", corev1.PodSucceeded, 5*time.Minute)
+	c.podReaches("default", "snap-clone-pod", corev1.PodSucceeded, 5*time.Minute)
+	for claim, want := range map[string]string{"snap-restored": "v1\n", "snap-clone": "v2\n"} {
+		if b, err := os.ReadFile(filepath.Join(serverDir, "default", claim, "dir", "file")); err != nil || string(b) != want {
+			c.t.Errorf("%s on the server holds %q, %v; want %q", claim, b, err, want)
+		}
+	}
+	c.stage("claims restored from the snapshot (old data) and cloned from the claim (new data)")
+
+	if err := snaps.Delete(ctx, "snap-src-1", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("VolumeSnapshotContent and the copy gone", 3*time.Minute, func() (bool, error) {
+		_, err := c.dyn.Resource(resources["VolumeSnapshotContent"]).Get(ctx, content, metav1GetOptions)
+		_, serr := os.Lstat(copyDir)
+		return apierrors.IsNotFound(err) && os.IsNotExist(serr), fmt.Errorf("content: %v, copy: %v", err, serr)
+	}, "snapshot-controller")
+	for _, claim := range []string{"snap-src", "snap-restored", "snap-clone"} {
+		c.kube.CoreV1().Pods("default").Delete(ctx, claim+"-pod", metav1.DeleteOptions{})
+	}
+	c.kube.CoreV1().Pods("default").Delete(ctx, "snap-src-change", metav1.DeleteOptions{})
+	c.stage("VolumeSnapshot deleted: its content and its copy on the share are gone")
 }

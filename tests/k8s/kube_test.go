@@ -24,13 +24,17 @@ var metav1GetOptions = metav1.GetOptions{}
 
 // resources maps the kinds the tests create to their API resources.
 var resources = map[string]schema.GroupVersionResource{
-	"Pod":                   {Version: "v1", Resource: "pods"},
-	"PersistentVolumeClaim": {Version: "v1", Resource: "persistentvolumeclaims"},
-	"PersistentVolume":      {Version: "v1", Resource: "persistentvolumes"},
-	"Deployment":            {Group: "apps", Version: "v1", Resource: "deployments"},
-	"StorageClass":          {Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"},
-	"VolumeAttributesClass": {Group: "storage.k8s.io", Version: "v1", Resource: "volumeattributesclasses"},
-	"Namespace":             {Version: "v1", Resource: "namespaces"},
+	"Pod":                      {Version: "v1", Resource: "pods"},
+	"PersistentVolumeClaim":    {Version: "v1", Resource: "persistentvolumeclaims"},
+	"PersistentVolume":         {Version: "v1", Resource: "persistentvolumes"},
+	"Deployment":               {Group: "apps", Version: "v1", Resource: "deployments"},
+	"StorageClass":             {Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"},
+	"VolumeAttributesClass":    {Group: "storage.k8s.io", Version: "v1", Resource: "volumeattributesclasses"},
+	"Namespace":                {Version: "v1", Resource: "namespaces"},
+	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+	"VolumeSnapshot":           {Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"},
+	"VolumeSnapshotClass":      {Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"},
+	"VolumeSnapshotContent":    {Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"},
 }
 
 // labImages maps the images the examples name to the lab's imported ones.
@@ -74,7 +78,7 @@ func (c *cluster) create(text string) []*unstructured.Unstructured {
 		var ri dynamic.ResourceInterface = c.dyn.Resource(gvr)
 		if ns := u.GetNamespace(); ns != "" {
 			ri = c.dyn.Resource(gvr).Namespace(ns)
-		} else if gvr.Resource == "pods" || gvr.Resource == "persistentvolumeclaims" || gvr.Resource == "deployments" {
+		} else if gvr.Resource == "pods" || gvr.Resource == "persistentvolumeclaims" || gvr.Resource == "deployments" || gvr.Resource == "volumesnapshots" {
 			ri = c.dyn.Resource(gvr).Namespace("default")
 		}
 		out, err := ri.Create(context.Background(), u, metav1.CreateOptions{})
