@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -233,4 +235,63 @@ func TestSnapshotAndRestoreResumeAfterAKill(t *testing.T) {
 	c.Delete(t, restored)
 	c.Delete(t, src)
 	waitTrashEmpty(t)
+}
+
+// freeBytes is the free space of the file system at dir, as the server
+// sees it.
+func freeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	must(t, unix.Statfs(dir, &st))
+	return int64(st.Bavail) * st.Bsize
+}
+
+// TestSnapshotOnReflinkExportIsMetadataOnly: on an export whose file
+// system shares blocks (XFS with reflink=1), a snapshot and a restore of a
+// volume holding 64 MiB take no data room on the server and move no data
+// over the wire: every file goes by NFSv4.2 CLONE, with no READ, WRITE or
+// COPY; the copies are still exact.
+func TestSnapshotOnReflinkExportIsMetadataOnly(t *testing.T) {
+	lab.Require(t)
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.2")
+	xfs := func(kv ...string) map[string]string {
+		p := params(kv...)
+		p["share"] = lab.XFSExport()
+		return p
+	}
+	src := c.Create(t, "pvc-reflink-src", xfs("onDelete", "delete"), vc)
+	dir := filepath.Join(lab.XFSExport(), "pvc-reflink-src")
+	for i := 0; i < 8; i++ {
+		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("data-%d", i)), bytes.Repeat([]byte{byte('a' + i)}, 8<<20), 0o644))
+	}
+	must(t, os.Symlink("data-0", filepath.Join(dir, "link")))
+	lab.Sh(t, "sync")
+	free := freeBytes(t, lab.XFSExport())
+	before := lab.NFSOps("")
+	snap, _ := snapshotUntilReady(t, c, "snap-reflink", src.VolumeId)
+	sid, err := volumeid.ParseSnapshot(snap.SnapshotId)
+	must(t, err)
+	copyDir := filepath.Join(lab.XFSExport(), ".nfsdir/snapshots", sid.Key+"."+sid.Token)
+	treecopytest.Compare(t, dir, copyDir, true)
+	req := fromSource("pvc-reflink-restored", vc, snap.SnapshotId, "")
+	req.Parameters = xfs("onDelete", "delete")
+	restored, _ := createUntilDone(t, c, req)
+	treecopytest.Compare(t, copyDir, filepath.Join(lab.XFSExport(), "pvc-reflink-restored"), false)
+	after := lab.NFSOps("")
+	lab.Sh(t, "sync")
+	used := free - freeBytes(t, lab.XFSExport())
+	d := func(op string) int64 { return after[op] - before[op] }
+	t.Logf("snapshot + restore of 64 MiB: CLONE %d, COPY %d, READ %d, WRITE %d; %d KiB of the server's room used", d("CLONE"), d("COPY"), d("READ"), d("WRITE"), used>>10)
+	if d("CLONE") < 16 || d("COPY") != 0 || d("READ") != 0 || d("WRITE") != 0 {
+		t.Errorf("snapshot and restore on a reflink export must clone each of the 16 files and move no data")
+	}
+	if used > 8<<20 {
+		t.Errorf("snapshot and restore used %d bytes on the server; shared blocks take none", used)
+	}
+	if _, err := c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId}); err != nil {
+		t.Fatal(err)
+	}
+	c.Delete(t, restored)
+	c.Delete(t, src)
 }

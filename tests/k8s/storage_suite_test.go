@@ -45,8 +45,8 @@ const (
 	// to themselves, Flaky ones are known to fail by themselves (the
 	// recovery from an invalid VolumeAttributesClass, external-resizer
 	// #483); the Feature tests left out need what the lab or nfsdir lacks
-	// (Windows nodes, snapshots, XFS, SELinux).
-	suiteSkip = `\[Disruptive\]|\[Serial\]|\[Flaky\]|\[Feature:(Windows|VolumeSnapshotDataSource|volumegroupsnapshot|VolumeSourceXFS|SELinux)\]`
+	// (Windows nodes, group snapshots, XFS, SELinux).
+	suiteSkip = `\[Disruptive\]|\[Serial\]|\[Flaky\]|\[Feature:(Windows|volumegroupsnapshot|VolumeSourceXFS|SELinux)\]`
 )
 
 // TestKubernetesStorageSuite runs Kubernetes' own storage e2e suite

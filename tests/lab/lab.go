@@ -42,6 +42,10 @@ func Export() string { return env("NFSDIR_LAB_EXPORT", "/export") }
 // SquashExport is the lab's root_squash export.
 func SquashExport() string { return env("NFSDIR_LAB_SQUASH_EXPORT", "/export-squash") }
 
+// XFSExport is the lab's export on XFS with reflinks (a loop device in the
+// guest), where NFSv4.2 CLONE shares blocks.
+func XFSExport() string { return env("NFSDIR_LAB_XFS_EXPORT", "/export-xfs") }
+
 func env(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v

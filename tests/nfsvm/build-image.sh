@@ -47,7 +47,8 @@ trap 'rm -rf "$work"' EXIT
 # Packages whose files the guest needs. Libraries the host already has are
 # taken from the host (same Debian release); the others are listed here.
 pkgs=("$kpkg" nfs-kernel-server nfs-common rpcbind mount
-  libtirpc3 libevent-core-2.1-7 libnfsidmap1 libwrap0 libkeyutils1)
+  libtirpc3 libevent-core-2.1-7 libnfsidmap1 libwrap0 libkeyutils1
+  xfsprogs libinih1 liburcu8)
 mkdir -p "$work/root"
 fetch_debs "$work/debs" "$work/pkgroot" "${pkgs[@]}" || die "apt-get download failed"
 
@@ -64,7 +65,7 @@ done
 # NFS and mount user space, with the shared libraries they load.
 copy_with_libs "$src" "$root" sbin/rpcbind sbin/rpc.statd sbin/sm-notify sbin/mount.nfs sbin/showmount \
   usr/sbin/rpc.nfsd usr/sbin/rpc.mountd usr/sbin/exportfs usr/sbin/nfsdcld \
-  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount || die "collecting user space failed"
+  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount sbin/mkfs.xfs || die "collecting user space failed"
 for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$root/sbin/$link"; done
 
 # GNU cp, tar and gzip under /opt/gnu, for make bench's baselines (what
@@ -81,7 +82,7 @@ cp -a "$work/gnuroot/." "$root/"
 kmod=$src/lib/modules/$kver
 [ -d "$kmod" ] || die "kernel package has no modules for $kver"
 busybox depmod -b "$src" "$kver"
-want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk overlay bridge veth br_netfilter dummy)
+want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk overlay bridge veth br_netfilter dummy xfs loop)
 declare -A mods=()
 add_mod() {
   local name=$1 line path dep
