@@ -39,6 +39,14 @@ func contentSource(cs *csi.VolumeContentSource, e export.Export) (*provision.Sou
 	case cs.GetSnapshot() != nil:
 		raw, kind = cs.GetSnapshot().GetSnapshotId(), "snapshot"
 		id, err = volumeid.ParseSnapshot(raw)
+		if l, lerr := volumeid.ParseLegacySnapshot(raw); err != nil && lerr == nil {
+			// csi-driver-nfs's tar.gz on this share: unpacked into the
+			// new volume, never deleted.
+			if l.Export.String() != e.String() {
+				return nil, invalid("csi-driver-nfs snapshot %q is on %s, the new volume on %s: nfsdir restores within one share only", raw, l.Export, e)
+			}
+			return &provision.Source{Archive: l.Archive}, nil
+		}
 	case cs.GetVolume() != nil:
 		raw, kind = cs.GetVolume().GetVolumeId(), "volume"
 		id, err = volumeid.Parse(raw)

@@ -1,6 +1,9 @@
 package csiserver
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -197,5 +200,50 @@ func TestSnapshotRestoreAndClone(t *testing.T) {
 	}
 	if _, err := ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: "not-ours"}); err != nil {
 		t.Errorf("DeleteSnapshot of a foreign ID: %v", err)
+	}
+}
+
+func TestRestoreOfACSIDriverNFSArchive(t *testing.T) {
+	conn, m := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	share := m.ExportDir("nfs.example", "/export")
+	if err := os.MkdirAll(filepath.Join(share, "snapshot-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(&tar.Header{Name: "./a/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "./a/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 3})
+	tw.Write([]byte("old"))
+	tw.WriteHeader(&tar.Header{Name: "../../outside", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("x"))
+	tw.Close()
+	zw.Close()
+	if err := os.WriteFile(filepath.Join(share, "snapshot-1", "pvc-old.tar.gz"), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := "nfs.example#export#snapshot-1#snapshot-1#pvc-old"
+	v, err := ctl.CreateVolume(ctx, volumeFrom("pvc-new", 1<<20, fromSnapshot(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "restored csi-driver-nfs snapshot", readTree(t, filepath.Join(share, "pvc-new")), map[string]string{"a": "dir", "a/f": "old"})
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(share), "outside")); err == nil {
+		t.Error("an archive entry landed outside the volume")
+	}
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.Volume.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(share, "snapshot-1", "pvc-old.tar.gz")); err != nil {
+		t.Errorf("the archive went: %v", err)
+	}
+	for _, bad := range []string{"nfs.example#export#missing#missing#pvc-old", "nfs.example#export#..#..#x"} {
+		if _, err := ctl.CreateVolume(ctx, volumeFrom("pvc-bad", 1<<20, fromSnapshot(bad))); status.Code(err) != codes.NotFound {
+			t.Errorf("restore of %q: %v; want NotFound", bad, err)
+		}
+	}
+	if _, err := ctl.CreateVolume(ctx, volumeFrom("pvc-other", 1<<20, fromSnapshot("other.example#export#snapshot-1#snapshot-1#pvc-old"))); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("restore from another server: %v; want InvalidArgument", err)
 	}
 }

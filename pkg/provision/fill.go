@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -94,6 +95,14 @@ func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copi
 // this share, is complete, and fits the requested capacity.
 func (a *Area) checkSource(req Request) error {
 	src := req.Source
+	if src.Archive != "" {
+		fd, err := a.openArchive(src.Archive)
+		if err != nil {
+			return err
+		}
+		unix.Close(fd)
+		return nil
+	}
 	if src.Snapshot {
 		s, err := a.LookupSnapshot(volumeid.ID{Key: src.Key, Token: src.Token})
 		if err != nil {
@@ -153,6 +162,9 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	if !rec.Filling {
 		return res, nil
 	}
+	if rec.Source.Archive != "" {
+		return a.fillFromArchive(ctx, id, rec)
+	}
 	src, err := a.openSource(rec)
 	if err != nil {
 		return res, err
@@ -171,8 +183,14 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	if err != nil {
 		return res, onShare(err, "fill volume %q from %s", rec.Name, rec.Source)
 	}
+	return res, a.filled(id, st.Ino)
+}
+
+// filled marks the volume of id usable, if its record still seals the
+// directory ino this attempt filled.
+func (a *Area) filled(id volumeid.ID, ino uint64) error {
 	done, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
-		if r.FileID != st.Ino {
+		if r.FileID != ino {
 			return fault.New(fault.Aborted, "volume %q: another attempt made its directory anew while this one filled it; that attempt's copy is what counts", r.Name)
 		}
 		r.Filling = false
@@ -181,7 +199,75 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	if err == nil && done == nil {
 		err = ErrGone
 	}
-	return res, err
+	return err
+}
+
+// fillFromArchive unpacks the csi-driver-nfs snapshot archive of rec into
+// its directory (treecopy.Unpack: nothing in the archive reaches outside
+// it), as Fill copies a tree.
+func (a *Area) fillFromArchive(ctx context.Context, id volumeid.ID, rec *Record) (treecopy.Result, error) {
+	var res treecopy.Result
+	afd, err := a.openArchive(rec.Source.Archive)
+	if err != nil {
+		return res, err
+	}
+	archive := os.NewFile(uintptr(afd), rec.Source.Archive)
+	defer archive.Close()
+	dst, err := a.emptyVolumeDir(id, rec)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(dst)
+	var st unix.Stat_t
+	if err := unix.Fstat(dst, &st); err != nil {
+		return res, onShare(err, "check %q", rec.SubDir)
+	}
+	start := time.Now()
+	u, err := treecopy.Unpack(ctx, archive, dst)
+	res = treecopy.Result{Dirs: u.Dirs, Files: u.Files, Symlinks: u.Symlinks, FIFOs: u.FIFOs, Links: u.Links, Skipped: u.Skipped, Bytes: u.Bytes, Took: time.Since(start)}
+	res.ByMethod[treecopy.ReadWrite] = u.Files
+	if err != nil {
+		return res, onShare(err, "restore volume %q from %s", rec.Name, rec.Source)
+	}
+	if u.Skipped > 0 {
+		klog.Warningf("volume %q: %d entries of %s were left out (device nodes, or names reaching outside the volume or through a symlink)", rec.Name, u.Skipped, rec.Source)
+	}
+	return res, a.filled(id, st.Ino)
+}
+
+// openArchive opens the regular file rel of the share (a csi-driver-nfs
+// snapshot archive) without following any symlink: NotFound when it is not
+// there, FailedPrecondition when it is not a regular file.
+func (a *Area) openArchive(rel string) (int, error) {
+	root, err := a.root.Open(".")
+	if err != nil {
+		return -1, err
+	}
+	defer root.Close()
+	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if errors.Is(err, unix.ENOENT) {
+		return -1, fault.New(fault.NotFound, "csi-driver-nfs snapshot archive %q does not exist on the share", rel)
+	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+		return -1, fault.New(fault.FailedPrecondition, "csi-driver-nfs snapshot archive %q is reached through a symlink; nfsdir does not follow it", rel)
+	}
+	if err != nil {
+		return -1, onShare(err, "open %q", rel)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		if err != nil {
+			return -1, onShare(err, "check %q", rel)
+		}
+		return -1, fault.New(fault.FailedPrecondition, "csi-driver-nfs snapshot archive %q is not a regular file", rel)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil { // blocking reads from here on
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // openSource opens the directory the volume rec is filled from.

@@ -92,16 +92,21 @@ type Record struct {
 }
 
 // Source names what a volume is filled from: a snapshot's record (Snapshot)
-// or another volume's, by key and token, on the volume's own share.
+// or another volume's, by key and token, on the volume's own share; or a
+// csi-driver-nfs snapshot's archive (Archive, a path relative to the share).
 type Source struct {
 	Snapshot bool   `json:"snapshot,omitempty"`
-	Key      string `json:"key"`
-	Token    string `json:"token"`
+	Key      string `json:"key,omitempty"`
+	Token    string `json:"token,omitempty"`
+	Archive  string `json:"archive,omitempty"`
 }
 
 func (s *Source) String() string {
 	if s == nil {
 		return "no content source"
+	}
+	if s.Archive != "" {
+		return fmt.Sprintf("csi-driver-nfs snapshot %s", s.Archive)
 	}
 	kind := "volume"
 	if s.Snapshot {

@@ -311,3 +311,30 @@ func ParseLegacy(s string) (Legacy, error) {
 	}
 	return l, nil
 }
+
+// LegacySnapshot is a snapshot ID in csi-driver-nfs's form
+// "server#share#name#name#srcSubDir": its snapshot is the archive
+// <share>/<name>/<srcSubDir>.tar.gz (share without its leading "/").
+// nfsdir restores such a snapshot into a new volume, and never deletes it.
+type LegacySnapshot struct {
+	Export  export.Export
+	Archive string // the archive's path, relative to the share
+}
+
+// ParseLegacySnapshot parses a csi-driver-nfs snapshot ID. The archive's
+// path must be a clean relative path (no "..", no empty segments).
+func ParseLegacySnapshot(s string) (LegacySnapshot, error) {
+	f := strings.Split(s, "#")
+	if len(f) != 5 || f[2] == "" || f[4] == "" {
+		return LegacySnapshot{}, fmt.Errorf("%q is not a csi-driver-nfs snapshot ID (server#share#name#name#srcSubDir)", truncate(s))
+	}
+	e, err := export.New(f[0], "/"+strings.TrimPrefix(f[1], "/"))
+	if err != nil {
+		return LegacySnapshot{}, fmt.Errorf("csi-driver-nfs snapshot ID %q: %v", truncate(s), err)
+	}
+	archive := f[2] + "/" + strings.Trim(f[4], "/") + ".tar.gz"
+	if err := safepath.CheckStaticPath(archive); err != nil {
+		return LegacySnapshot{}, fmt.Errorf("csi-driver-nfs snapshot ID %q: archive %v", truncate(s), err)
+	}
+	return LegacySnapshot{Export: e, Archive: archive}, nil
+}

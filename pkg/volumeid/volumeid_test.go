@@ -7,6 +7,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 )
 
 func mustExport(t testing.TB, server, share string) export.Export {
@@ -163,7 +164,11 @@ func FuzzParse(f *testing.F) {
 	f.Add("n1|s|/x|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|@0123456789abcdef,")
 	f.Add("10.0.0.1#srv#../../etc#u#delete")
 	f.Add(SnapshotOf(id, KeyForSnapshot("snap"), "abcdefgh").String())
+	f.Add("s#share#snap#snap#pvc")
 	f.Fuzz(func(t *testing.T, s string) {
+		if l, err := ParseLegacySnapshot(s); err == nil && (safepath.CheckStaticPath(l.Archive) != nil || l.Archive == "") {
+			t.Fatalf("accepted legacy snapshot %q with unsafe archive %q", s, l.Archive)
+		}
 		vol, verr := Parse(s)
 		snap, serr := ParseSnapshot(s)
 		if verr == nil && serr == nil {
@@ -186,4 +191,16 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted %q with invalid export: %v", s, err)
 		}
 	})
+}
+
+func TestParseLegacySnapshot(t *testing.T) {
+	l, err := ParseLegacySnapshot("nfs-server.default.svc.cluster.local#share#snapshot-016f#snapshot-016f#pvc-4bcb")
+	if err != nil || l.Export.Server != "nfs-server.default.svc.cluster.local" || l.Export.Share != "/share" || l.Archive != "snapshot-016f/pvc-4bcb.tar.gz" {
+		t.Errorf("ParseLegacySnapshot = %+v, %v", l, err)
+	}
+	for _, bad := range []string{"s#share#..#..#pvc", "s#share#snap#snap#../../etc/x", "s#share#snap#snap#", "s#share#snap#snap", "-o#share#a#a#b", "s#share#a/../..#a#b"} {
+		if l, err := ParseLegacySnapshot(bad); err == nil {
+			t.Errorf("ParseLegacySnapshot(%q) = %+v; want an error", bad, l)
+		}
+	}
 }

@@ -295,3 +295,54 @@ func TestSnapshotOnReflinkExportIsMetadataOnly(t *testing.T) {
 	c.Delete(t, restored)
 	c.Delete(t, src)
 }
+
+// TestRestoreOfACSIDriverNFSSnapshot: a snapshot csi-driver-nfs took (its
+// very command, GNU tar -czf of the volume onto the share, and its
+// snapshot ID) restores into an nfsdir volume with the tree as the archive
+// holds it (times to the second, as GNU tar keeps them); the archive is
+// never removed; one reached through a symlink is refused.
+func TestRestoreOfACSIDriverNFSSnapshot(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	c := start(t, nil)
+	vc := lab.RWX("nfsvers=4.2")
+	src := onExport("legacy-src")
+	must(t, os.Mkdir(src, 0o755))
+	defer os.RemoveAll(src)
+	hostileTree(t, src)
+	must(t, os.MkdirAll(onExport("snapshot-legacy"), 0o755))
+	defer os.RemoveAll(onExport("snapshot-legacy"))
+	lab.Sh(t, "/opt/gnu/tar -C "+src+" -czf "+onExport("snapshot-legacy/legacy-src.tar.gz")+" .")
+	id := lab.Server() + "#" + strings.TrimPrefix(lab.Export(), "/") + "#snapshot-legacy#snapshot-legacy#legacy-src"
+	v, calls := createUntilDone(t, c, fromSource("pvc-from-legacy", vc, id, ""))
+	t.Logf("restored after %d calls", calls)
+	want, got := treecopytest.Describe(t, src), treecopytest.Describe(t, onExport("pvc-from-legacy"))
+	for p, e := range want {
+		g, ok := got[p]
+		if p == "." {
+			continue
+		}
+		e.Mtime.Nsec, e.AllocatedBelow, g.AllocatedBelow = 0, 0, 0
+		if !ok || g != e {
+			t.Errorf("%s:\n archived %+v\n restored %+v", p, e, g)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("restored %d entries, the archive holds %d", len(got), len(want))
+	}
+	c.Delete(t, v)
+	if !exists(onExport("snapshot-legacy/legacy-src.tar.gz")) {
+		t.Error("the csi-driver-nfs archive is gone")
+	}
+	// An archive reached through a symlink is never opened.
+	must(t, os.Symlink(onExport("snapshot-legacy"), onExport("snapshot-link")))
+	defer os.Remove(onExport("snapshot-link"))
+	linked := strings.Replace(id, "#snapshot-legacy#snapshot-legacy#", "#snapshot-link#snapshot-link#", 1)
+	if _, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), fromSource("pvc-from-link", vc, linked, "")); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("restore through a symlinked archive: %v; want FailedPrecondition", err)
+	}
+	if exists(onExport("pvc-from-link")) {
+		t.Error("a refused restore left a directory")
+	}
+}

@@ -1,0 +1,299 @@
+package treecopy
+
+// Unpack is the engine's other way in: a tar archive (gzip-compressed or
+// not) unpacked into an empty directory, as restoring a csi-driver-nfs
+// snapshot (a tar.gz of the volume on the share) needs, without ever
+// trusting the archive: every name is resolved one component at a time
+// below the directory, without following a symlink, so no entry ("../x",
+// "/etc/x", "link/x" after "link -> /") lands outside it; hard links only
+// join names inside it; device nodes are left out. Regular files,
+// directories, symlinks, hard links and FIFOs get their mode, owner and
+// times (directories' times once their contents are in place), and blocks
+// of zeros stay holes. It holds one open descriptor per directory level of
+// the entry being unpacked, and remembers the times of at most MaxDirs
+// directories.
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxDirs bounds the directories whose times are set once the archive is
+// unpacked; past it, a directory's times are set when it is made.
+const MaxDirs = 100000
+
+// ErrUnsafe marks an entry whose name would leave the directory or pass
+// through a symlink: it is left out, and counted.
+var ErrUnsafe = errors.New("unsafe entry")
+
+// UnpackResult is what an unpacking made.
+type UnpackResult struct {
+	Dirs, Files, Symlinks, Links, FIFOs int64
+	Bytes                               int64 // file data written (holes not counted)
+	Skipped                             int64 // device nodes and unsafe names, left out
+}
+
+// Unpack reads the archive r (gzip-compressed when it starts with the gzip
+// magic) and unpacks it into the directory open as dirfd (it stays the
+// caller's), which should be empty. It stops at ctx's end. An error leaves
+// a partial tree for the caller to remove.
+func Unpack(ctx context.Context, r io.Reader, dirfd int) (UnpackResult, error) {
+	var res UnpackResult
+	br := bufio.NewReaderSize(r, 1<<20)
+	var in io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return res, fmt.Errorf("gzip: %w", err)
+		}
+		defer zr.Close()
+		in = zr
+	}
+	u := &unpacker{root: dirfd, buf: make([]byte, 1<<20)}
+	tr := tar.NewReader(in)
+	for {
+		if err := ctx.Err(); err != nil {
+			return u.res, err
+		}
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return u.res, fmt.Errorf("read archive: %w", err)
+		}
+		if err := u.entry(h, tr); err != nil {
+			if errors.Is(err, ErrUnsafe) {
+				u.res.Skipped++
+				continue
+			}
+			return u.res, fmt.Errorf("%q: %w", h.Name, err)
+		}
+	}
+	for i := len(u.dirs) - 1; i >= 0; i-- { // deepest last made, first set
+		d := u.dirs[i]
+		if err := u.at(d.name, func(parent int, base string) error {
+			return unix.UtimesNanoAt(parent, base, d.times, unix.AT_SYMLINK_NOFOLLOW)
+		}); err != nil && !errors.Is(err, ErrUnsafe) {
+			return u.res, fmt.Errorf("%q: set times: %w", d.name, err)
+		}
+	}
+	return u.res, nil
+}
+
+type unpacker struct {
+	root int
+	res  UnpackResult
+	buf  []byte
+	dirs []dirTimes
+}
+
+type dirTimes struct {
+	name  string
+	times []unix.Timespec
+}
+
+// clean returns the archive name as a path below the root, or ErrUnsafe:
+// absolute names are taken as relative (as tar does), and any ".." is
+// refused.
+func clean(name string) (string, error) {
+	name = strings.TrimLeft(name, "/")
+	if name == "" || name == "." || name == "./" {
+		return ".", nil
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return "", ErrUnsafe
+		}
+	}
+	p := path.Clean(name)
+	if p == "." || strings.HasPrefix(p, "../") || p == ".." {
+		return ".", nil
+	}
+	return p, nil
+}
+
+// at resolves the parent of name below the root without following any
+// symlink (a symlink or non-directory on the way is ErrUnsafe) and calls fn
+// with it open and name's last component.
+func (u *unpacker) at(name string, fn func(parent int, base string) error) error {
+	dir, base := path.Split(name)
+	fd, err := unix.Openat(u.root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	for _, c := range strings.Split(strings.TrimSuffix(dir, "/"), "/") {
+		if c == "" || c == "." {
+			continue
+		}
+		next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			// A parent the archive does not list: made, as tar does.
+			if err = unix.Mkdirat(fd, c, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			}
+		}
+		unix.Close(fd)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return ErrUnsafe
+		}
+		if err != nil {
+			return err
+		}
+		fd = next
+	}
+	defer unix.Close(fd)
+	return fn(fd, base)
+}
+
+func headerTimes(h *tar.Header) []unix.Timespec {
+	at := h.AccessTime
+	if at.IsZero() {
+		at = h.ModTime
+	}
+	return []unix.Timespec{unix.NsecToTimespec(at.UnixNano()), unix.NsecToTimespec(h.ModTime.UnixNano())}
+}
+
+// entry unpacks one archive entry.
+func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
+	name, err := clean(h.Name)
+	if err != nil {
+		return err
+	}
+	mode := uint32(h.Mode) & 0o7777
+	if name == "." {
+		return nil // the root is the caller's: its own owner and mode stay
+	}
+	switch h.Typeflag {
+	case tar.TypeDir:
+		return u.at(name, func(parent int, base string) error {
+			if err := unix.Mkdirat(parent, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+				return err
+			}
+			fd, err := unix.Openat(parent, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+					return ErrUnsafe
+				}
+				return err
+			}
+			defer unix.Close(fd)
+			u.res.Dirs++
+			if err := owner(fd, h); err != nil {
+				return err
+			}
+			if err := unix.Fchmod(fd, mode); err != nil {
+				return err
+			}
+			if len(u.dirs) < MaxDirs {
+				u.dirs = append(u.dirs, dirTimes{name: name, times: headerTimes(h)})
+				return nil
+			}
+			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
+		})
+	case tar.TypeReg, tar.TypeGNUSparse:
+		return u.at(name, func(parent int, base string) error {
+			fd, err := unix.Openat(parent, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			if err := u.data(fd, body, h.Size); err != nil {
+				return err
+			}
+			u.res.Files++
+			if err := owner(fd, h); err != nil {
+				return err
+			}
+			if err := unix.Fchmod(fd, mode); err != nil { // after chown, which clears setuid
+				return err
+			}
+			return unix.UtimesNanoAt(fd, "", headerTimes(h), unix.AT_EMPTY_PATH)
+		})
+	case tar.TypeSymlink:
+		return u.at(name, func(parent int, base string) error {
+			if err := unix.Symlinkat(h.Linkname, parent, base); err != nil {
+				return err
+			}
+			u.res.Symlinks++
+			if err := unix.Fchownat(parent, base, h.Uid, h.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
+		})
+	case tar.TypeLink:
+		target, err := clean(h.Linkname)
+		if err != nil || target == "." {
+			return ErrUnsafe
+		}
+		return u.at(target, func(tparent int, tbase string) error {
+			return u.at(name, func(parent int, base string) error {
+				// linkat without AT_SYMLINK_FOLLOW links a symlink itself,
+				// never what it points at.
+				err := unix.Linkat(tparent, tbase, parent, base, 0)
+				if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOENT) {
+					return ErrUnsafe // a directory, or a name not (yet) in the archive
+				}
+				if err != nil {
+					return err
+				}
+				u.res.Links++
+				return nil
+			})
+		})
+	case tar.TypeFifo:
+		return u.at(name, func(parent int, base string) error {
+			if err := unix.Mkfifoat(parent, base, 0o600); err != nil {
+				return err
+			}
+			u.res.FIFOs++
+			if err := unix.Fchownat(parent, base, h.Uid, h.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+			if err := unix.Fchmodat(parent, base, mode, 0); err != nil {
+				return err
+			}
+			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
+		})
+	default: // devices, sockets, and what this reader does not know
+		return ErrUnsafe
+	}
+}
+
+// owner gives fd the entry's owner.
+func owner(fd int, h *tar.Header) error {
+	return unix.Fchown(fd, h.Uid, h.Gid)
+}
+
+// data writes size bytes of body into fd, leaving blocks of zeros as
+// holes.
+func (u *unpacker) data(fd int, body io.Reader, size int64) error {
+	var off int64
+	for off < size {
+		n, err := io.ReadFull(body, u.buf[:min(int64(len(u.buf)), size-off)])
+		if n > 0 {
+			w, werr := writeAt(fd, u.buf[:n], off, true)
+			u.res.Bytes += int64(w)
+			if werr != nil {
+				return werr
+			}
+			off += int64(n)
+		}
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				return fmt.Errorf("archive ends inside the file: %w", io.ErrUnexpectedEOF)
+			}
+			return err
+		}
+	}
+	return unix.Ftruncate(fd, size)
+}
