@@ -163,3 +163,78 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 	add("snapshot + restore by the copy engine, "+what, snap.took, tgzTook.took, "vs tar -czf, tar -xzf", true,
 		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB wire", snap.calls, tgzTook.calls, float64(snap.wire)/(1<<20), float64(tgzTook.wire)/(1<<20)))
 }
+
+var reflinkMiB = flag.Int("reflink-mib", 256, "MiB of data the reflink rows snapshot (and an eighth of it for comparison; 0: skip them)")
+
+// reflinkRows measures a snapshot (one copy by the engine) on the lab's XFS
+// export with reflink=1, where each file is an NFSv4.2 CLONE: the time
+// should not depend on the data's size, so the row compares reflinkMiB
+// against an eighth of it in as many files.
+func reflinkRows(server, work string) {
+	if *reflinkMiB <= 0 {
+		return
+	}
+	export := lab.XFSExport()
+	mnt := filepath.Join(work, "reflink-mnt")
+	os.MkdirAll(mnt, 0o755)
+	if out, err := exec.Command("mount", "-t", "nfs", "-o", "nfsvers=4.2", server+":"+export, mnt).CombinedOutput(); err != nil {
+		die(fmt.Errorf("mount the XFS export: %v %s", err, out))
+	}
+	defer exec.Command("umount", mnt).Run()
+	var tgz traffic
+	snapshot := func(mib int, withTar bool) traffic {
+		src := makeCopyTree(export, 64, mib)
+		defer os.RemoveAll(src)
+		if withTar { // csi-driver-nfs's snapshot of the same tree, through the same mount
+			exec.Command("sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches").Run()
+			ops0, wire0 := lab.NFSTraffic(mnt)
+			t0 := time.Now()
+			if out, err := exec.Command("/opt/gnu/tar", "--use-compress-program=/opt/gnu/gzip", "-cf", filepath.Join(mnt, "copy.tar.gz"),
+				"-C", filepath.Join(mnt, "copy-src"), ".").CombinedOutput(); err != nil {
+				die(fmt.Errorf("tar: %v %s", err, out))
+			}
+			tgz.took = time.Since(t0)
+			ops, wire := lab.NFSTraffic(mnt)
+			for op, n := range ops {
+				tgz.calls += n - ops0[op]
+			}
+			tgz.wire = wire - wire0
+			os.Remove(filepath.Join(export, "copy.tar.gz"))
+		}
+		defer os.RemoveAll(filepath.Join(export, "copy-snap"))
+		exec.Command("sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches").Run()
+		ops0, wire0 := lab.NFSTraffic(mnt)
+		os.Mkdir(filepath.Join(mnt, "copy-snap"), 0o755)
+		sfd, err := unix.Open(filepath.Join(mnt, "copy-src"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			die(err)
+		}
+		defer unix.Close(sfd)
+		dfd, err := unix.Open(filepath.Join(mnt, "copy-snap"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			die(err)
+		}
+		defer unix.Close(dfd)
+		t0 := time.Now()
+		res, err := treecopy.Default.Copy(context.Background(), sfd, dfd, true)
+		took := time.Since(t0)
+		if err != nil {
+			die(err)
+		}
+		ops, wire := lab.NFSTraffic(mnt)
+		var calls int64
+		for op, n := range ops {
+			calls += n - ops0[op]
+		}
+		fmt.Printf("  reflink snapshot of %d MiB: %+v; CLONE %d\n", mib, res, ops["CLONE"]-ops0["CLONE"])
+		return traffic{took: took, calls: calls, wire: wire - wire0}
+	}
+	small := snapshot(*reflinkMiB/8, false)
+	large := snapshot(*reflinkMiB, true)
+	add(fmt.Sprintf("snapshot by the copy engine on XFS reflink=1, 64 files, %d MiB", *reflinkMiB), large.took, small.took,
+		fmt.Sprintf("vs %d MiB in as many files: independent of size", *reflinkMiB/8), true,
+		fmt.Sprintf("%d vs %d; %.2f vs %.2f MiB wire", large.calls, small.calls, float64(large.wire)/(1<<20), float64(small.wire)/(1<<20)))
+	add(fmt.Sprintf("snapshot by the copy engine on XFS reflink=1, 64 files, %d MiB", *reflinkMiB), large.took, tgz.took,
+		"vs tar -czf onto the share (csi-driver-nfs)", true,
+		fmt.Sprintf("%d vs %d; %.2f vs %.0f MiB wire", large.calls, tgz.calls, float64(large.wire)/(1<<20), float64(tgz.wire)/(1<<20)))
+}

@@ -299,6 +299,7 @@ func main() {
 	add(fmt.Sprintf("NodePublishVolume, median of %d", *publishes), median(pub), median(mnt), "≤ 1.2× bare mount", true, "")
 
 	copyRows(server, export, work)
+	reflinkRows(server, work)
 	b.usageRows(fill)
 	if sc != nil {
 		sc.after()
