@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -162,14 +161,25 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	if !rec.Filling {
 		return res, nil
 	}
+	var copyInto func(dst int) (treecopy.Result, error)
 	if rec.Source.Archive != "" {
-		return a.fillFromArchive(ctx, id, rec)
+		// A csi-driver-nfs snapshot: its tar.gz unpacked (treecopy.Unpack:
+		// nothing in the archive reaches outside the volume).
+		afd, err := a.openArchive(rec.Source.Archive)
+		if err != nil {
+			return res, err
+		}
+		archive := os.NewFile(uintptr(afd), rec.Source.Archive)
+		defer archive.Close()
+		copyInto = func(dst int) (treecopy.Result, error) { return treecopy.Unpack(ctx, archive, dst) }
+	} else {
+		src, err := a.openSource(rec)
+		if err != nil {
+			return res, err
+		}
+		defer unix.Close(src)
+		copyInto = func(dst int) (treecopy.Result, error) { return c.Copy(ctx, src, dst, false) }
 	}
-	src, err := a.openSource(rec)
-	if err != nil {
-		return res, err
-	}
-	defer unix.Close(src)
 	dst, err := a.emptyVolumeDir(id, rec)
 	if err != nil {
 		return res, err
@@ -179,18 +189,16 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	if err := unix.Fstat(dst, &st); err != nil {
 		return res, onShare(err, "check %q", rec.SubDir)
 	}
-	res, err = c.Copy(ctx, src, dst, false)
-	if err != nil {
+	if res, err = copyInto(dst); err != nil {
 		return res, onShare(err, "fill volume %q from %s", rec.Name, rec.Source)
 	}
-	return res, a.filled(id, st.Ino)
-}
-
-// filled marks the volume of id usable, if its record still seals the
-// directory ino this attempt filled.
-func (a *Area) filled(id volumeid.ID, ino uint64) error {
+	if rec.Source.Archive != "" && res.Skipped > 0 {
+		klog.Warningf("volume %q: %d entries of %s were left out (device nodes, or names reaching outside the volume or through a symlink)", rec.Name, res.Skipped, rec.Source)
+	}
+	// Marked usable only if the record still seals the directory this
+	// attempt filled.
 	done, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
-		if r.FileID != ino {
+		if r.FileID != st.Ino {
 			return fault.New(fault.Aborted, "volume %q: another attempt made its directory anew while this one filled it; that attempt's copy is what counts", r.Name)
 		}
 		r.Filling = false
@@ -199,40 +207,7 @@ func (a *Area) filled(id volumeid.ID, ino uint64) error {
 	if err == nil && done == nil {
 		err = ErrGone
 	}
-	return err
-}
-
-// fillFromArchive unpacks the csi-driver-nfs snapshot archive of rec into
-// its directory (treecopy.Unpack: nothing in the archive reaches outside
-// it), as Fill copies a tree.
-func (a *Area) fillFromArchive(ctx context.Context, id volumeid.ID, rec *Record) (treecopy.Result, error) {
-	var res treecopy.Result
-	afd, err := a.openArchive(rec.Source.Archive)
-	if err != nil {
-		return res, err
-	}
-	archive := os.NewFile(uintptr(afd), rec.Source.Archive)
-	defer archive.Close()
-	dst, err := a.emptyVolumeDir(id, rec)
-	if err != nil {
-		return res, err
-	}
-	defer unix.Close(dst)
-	var st unix.Stat_t
-	if err := unix.Fstat(dst, &st); err != nil {
-		return res, onShare(err, "check %q", rec.SubDir)
-	}
-	start := time.Now()
-	u, err := treecopy.Unpack(ctx, archive, dst)
-	res = treecopy.Result{Dirs: u.Dirs, Files: u.Files, Symlinks: u.Symlinks, FIFOs: u.FIFOs, Links: u.Links, Skipped: u.Skipped, Bytes: u.Bytes, Took: time.Since(start)}
-	res.ByMethod[treecopy.ReadWrite] = u.Files
-	if err != nil {
-		return res, onShare(err, "restore volume %q from %s", rec.Name, rec.Source)
-	}
-	if u.Skipped > 0 {
-		klog.Warningf("volume %q: %d entries of %s were left out (device nodes, or names reaching outside the volume or through a symlink)", rec.Name, u.Skipped, rec.Source)
-	}
-	return res, a.filled(id, st.Ino)
+	return res, err
 }
 
 // openArchive opens the regular file rel of the share (a csi-driver-nfs

@@ -96,7 +96,7 @@ func (s *Set) ensure(share *Share, name string, run copyFn, wait time.Duration) 
 		j = &copyJob{}
 		cp.jobs[name] = j
 	}
-	if !j.running && time.Now().After(j.notBefore) {
+	if !j.running && time.Now().After(j.notBefore) && s.bg.Err() == nil {
 		j.running, j.done, j.err = true, make(chan struct{}), nil
 		j.progress = treecopy.Progress{}
 		s.wg.Add(1)

@@ -39,13 +39,32 @@ const tokenPrefix = "nfsdir1."
 // each volume is checked too (provision.Area.Health). A token List did
 // not make is Aborted, as the CSI spec asks.
 func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]Listed, string, error) {
+	return pageThrough(ctx, s, "volumes", token, max, nil, (*provision.Area).VolumeKeys,
+		func(a *provision.Area, share *Share, k knownExport, key string) (*Listed, error) {
+			return s.listed(a, share, k.e, key, health)
+		},
+		func(l Listed) volumeid.ID { return l.ID })
+}
+
+// pageThrough is a paged listing of what item makes of each key (from
+// keys, sorted) of every share this Set's state directory has mounted (of
+// the export only when only is set), in a stable order (export, then key),
+// at most max items (0: no bound) starting after token, and the next
+// page's token ("" at the end): a position, not an index, so that what is
+// created or deleted between pages never shifts it. item returns nil for a
+// key to leave out; id gives an item's position. A share whose server does
+// not answer is left out and logged (onShareBounded); a token pageThrough
+// did not make is Aborted, as the CSI spec asks.
+func pageThrough[T any](ctx context.Context, s *Set, what, token string, max int, only *export.Export,
+	keys func(*provision.Area) ([]string, error), item func(*provision.Area, *Share, knownExport, string) (*T, error),
+	id func(T) volumeid.ID) ([]T, string, error) {
 	afterExport, afterKey, err := decodeToken(token)
 	if err != nil {
 		return nil, "", err
 	}
-	var out []Listed
+	var out []T
 	for _, k := range s.exports() {
-		if k.e.String() < afterExport {
+		if k.e.String() < afterExport || only != nil && k.e.String() != only.String() {
 			continue
 		}
 		after := ""
@@ -54,26 +73,26 @@ func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]L
 		}
 		// fn fills a page of its own: after a timeout it may still run,
 		// and must touch nothing of this call's.
-		room, page := max-len(out), []Listed(nil)
+		room, page := max-len(out), []T(nil)
 		err := s.onShareBounded(ctx, k.e, k.opts, func(a *provision.Area, share *Share) error {
-			keys, err := a.VolumeKeys()
+			all, err := keys(a)
 			if err != nil {
 				return err
 			}
-			i, _ := slices.BinarySearch(keys, after)
-			for _, key := range keys[i:] {
+			i, _ := slices.BinarySearch(all, after)
+			for _, key := range all[i:] {
 				if key == after {
 					continue
 				}
 				if max > 0 && len(page) == room {
 					return errPageFull
 				}
-				l, err := s.listed(a, share, k.e, key, health)
+				it, err := item(a, share, k, key)
 				if err != nil {
 					return err
 				}
-				if l != nil {
-					page = append(page, *l)
+				if it != nil {
+					page = append(page, *it)
 				}
 			}
 			return nil
@@ -81,15 +100,15 @@ func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]L
 		switch {
 		case errors.Is(err, errPageFull):
 			out = append(out, page...)
-			last := out[len(out)-1].ID
+			last := id(out[len(out)-1])
 			return out, encodeToken(last.Export.String(), last.Key), nil
 		case err == nil:
 			out = append(out, page...)
 		case errors.Is(err, provision.ErrNoArea):
 		case ctx.Err() != nil:
-			return nil, "", fault.Wrap(fault.DeadlineExceeded, ctx.Err(), "listing volumes")
+			return nil, "", fault.Wrap(fault.DeadlineExceeded, ctx.Err(), "listing %s", what)
 		default:
-			klog.Warningf("listing volumes: share %s left out: %v", k.e, err)
+			klog.Warningf("listing %s: share %s left out: %v", what, k.e, err)
 		}
 	}
 	return out, "", nil

@@ -3,11 +3,11 @@ package shares
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/provision"
@@ -73,71 +73,28 @@ func (s *Set) DeleteSnapshot(ctx context.Context, id volumeid.ID) error {
 // for volumes. Snapshots not yet complete are listed as not ready, and
 // their copies started when no attempt runs.
 func (s *Set) ListSnapshots(ctx context.Context, token string, max int, source *volumeid.ID) ([]SnapshotState, string, error) {
-	afterExport, afterKey, err := decodeToken(token)
-	if err != nil {
-		return nil, "", err
+	var only *export.Export
+	if source != nil {
+		only = &source.Export
 	}
-	var out []SnapshotState
-	for _, k := range s.exports() {
-		if k.e.String() < afterExport || source != nil && k.e.String() != source.Export.String() {
-			continue
-		}
-		after := ""
-		if k.e.String() == afterExport {
-			after = afterKey
-		}
-		room, page := max-len(out), []SnapshotState(nil)
-		err := s.onShareBounded(ctx, k.e, k.opts, func(a *provision.Area, share *Share) error {
-			keys, err := a.SnapshotKeys()
+	return pageThrough(ctx, s, "snapshots", token, max, only, (*provision.Area).SnapshotKeys,
+		func(a *provision.Area, share *Share, k knownExport, key string) (*SnapshotState, error) {
+			snap, err := a.SnapshotRecord(key)
+			if errors.Is(err, provision.ErrBadRecord) {
+				klog.Warningf("listing snapshots: share %s: %v; left out", k.e, err)
+				return nil, nil
+			}
+			if err != nil || snap == nil || source != nil && !snap.SourceIs(*source) {
+				return nil, err
+			}
+			id, err := s.snapshotID(k, share, snap)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			i, _ := slices.BinarySearch(keys, after)
-			for _, key := range keys[i:] {
-				if key == after {
-					continue
-				}
-				if max > 0 && len(page) == room {
-					return errPageFull
-				}
-				snap, err := a.SnapshotRecord(key)
-				if errors.Is(err, provision.ErrBadRecord) {
-					klog.Warningf("listing snapshots: share %s: %v; left out", k.e, err)
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				if snap == nil || source != nil && !snap.SourceIs(*source) {
-					continue
-				}
-				id, err := s.snapshotID(k, share, snap)
-				if err != nil {
-					return err
-				}
-				st, err := s.snapshotState(a, share, id, snap, 0)
-				if err != nil {
-					return err
-				}
-				page = append(page, st)
-			}
-			return nil
-		})
-		switch {
-		case errors.Is(err, errPageFull):
-			out = append(out, page...)
-			last := out[len(out)-1].ID
-			return out, encodeToken(last.Export.String(), last.Key), nil
-		case err == nil:
-			out = append(out, page...)
-		case errors.Is(err, provision.ErrNoArea):
-		case ctx.Err() != nil:
-			return nil, "", fault.Wrap(fault.DeadlineExceeded, ctx.Err(), "listing snapshots")
-		default:
-			klog.Warningf("listing snapshots: share %s left out: %v", k.e, err)
-		}
-	}
-	return out, "", nil
+			st, err := s.snapshotState(a, share, id, snap, 0)
+			return &st, err
+		},
+		func(st SnapshotState) volumeid.ID { return st.ID })
 }
 
 // snapshotID builds the ID of snap, a snapshot on the share k, as

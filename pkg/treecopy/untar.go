@@ -11,7 +11,7 @@ package treecopy
 // times (directories' times once their contents are in place), and blocks
 // of zeros stay holes. It holds one open descriptor per directory level of
 // the entry being unpacked, and remembers the times of at most MaxDirs
-// directories.
+// directories (16 MiB of their names).
 
 import (
 	"archive/tar"
@@ -23,31 +23,39 @@ import (
 	"io"
 	"path"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// MaxDirs bounds the directories whose times are set once the archive is
-// unpacked; past it, a directory's times are set when it is made.
-const MaxDirs = 100000
+// MaxDirs and maxDirNames bound the directories whose times are set once
+// the archive is unpacked, by count and by the bytes of their names; past
+// either, a directory's times are set when it is made.
+const (
+	MaxDirs     = 100000
+	maxDirNames = 16 << 20
+)
 
 // ErrUnsafe marks an entry whose name would leave the directory or pass
 // through a symlink: it is left out, and counted.
 var ErrUnsafe = errors.New("unsafe entry")
 
-// UnpackResult is what an unpacking made.
-type UnpackResult struct {
-	Dirs, Files, Symlinks, Links, FIFOs int64
-	Bytes                               int64 // file data written (holes not counted)
-	Skipped                             int64 // device nodes and unsafe names, left out
-}
-
 // Unpack reads the archive r (gzip-compressed when it starts with the gzip
 // magic) and unpacks it into the directory open as dirfd (it stays the
-// caller's), which should be empty. It stops at ctx's end. An error leaves
-// a partial tree for the caller to remove.
-func Unpack(ctx context.Context, r io.Reader, dirfd int) (UnpackResult, error) {
-	var res UnpackResult
+// caller's), which should be empty, and returns what it made as a Copy
+// does (every file counted as ReadWrite; Skipped: device nodes and unsafe
+// names). It stops at ctx's end. An error leaves a partial tree for the
+// caller to remove.
+func Unpack(ctx context.Context, r io.Reader, dirfd int) (Result, error) {
+	start := time.Now()
+	res, err := unpack(ctx, r, dirfd)
+	res.ByMethod[ReadWrite] = res.Files
+	res.Took = time.Since(start)
+	return res, err
+}
+
+func unpack(ctx context.Context, r io.Reader, dirfd int) (Result, error) {
+	var res Result
 	br := bufio.NewReaderSize(r, 1<<20)
 	var in io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -91,10 +99,11 @@ func Unpack(ctx context.Context, r io.Reader, dirfd int) (UnpackResult, error) {
 }
 
 type unpacker struct {
-	root int
-	res  UnpackResult
-	buf  []byte
-	dirs []dirTimes
+	root      int
+	res       Result
+	buf       []byte
+	dirs      []dirTimes
+	dirsBytes int // of the names in dirs
 }
 
 type dirTimes struct {
@@ -194,8 +203,9 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 			if err := unix.Fchmod(fd, mode); err != nil {
 				return err
 			}
-			if len(u.dirs) < MaxDirs {
+			if len(u.dirs) < MaxDirs && u.dirsBytes+len(name) <= maxDirNames {
 				u.dirs = append(u.dirs, dirTimes{name: name, times: headerTimes(h)})
+				u.dirsBytes += len(name)
 				return nil
 			}
 			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
