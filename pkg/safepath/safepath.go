@@ -138,3 +138,26 @@ func Parents(p string) []string {
 	}
 	return out
 }
+
+// ArchiveEntry returns the path below the unpacking directory that an
+// entry named name of a tar archive gets, or ok false when the entry must
+// be left out: names are taken as relative (a leading "/" is dropped, as
+// tar does), "." and empty segments fall away, and any ".." segment refuses
+// the entry. The root itself is ".". A returned path other than "." is
+// clean, relative, and has no "." or ".." segment.
+func ArchiveEntry(name string) (p string, ok bool) {
+	var parts []string
+	for _, s := range strings.Split(name, "/") {
+		switch s {
+		case "", ".":
+		case "..":
+			return "", false
+		default:
+			parts = append(parts, s)
+		}
+	}
+	if len(parts) == 0 {
+		return ".", true
+	}
+	return strings.Join(parts, "/"), true
+}

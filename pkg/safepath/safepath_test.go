@@ -99,3 +99,35 @@ func FuzzCheckVolumePath(f *testing.F) {
 		}
 	})
 }
+
+func TestArchiveEntry(t *testing.T) {
+	for name, want := range map[string]string{"./a/b": "a/b", "/etc/passwd": "etc/passwd", "a//b/./c/": "a/b/c", "./": ".", "": ".", "..": "", "a/../b": "", "../../x": ""} {
+		got, ok := ArchiveEntry(name)
+		if (want == "") == ok || got != want {
+			t.Errorf("ArchiveEntry(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+}
+
+func FuzzArchiveEntry(f *testing.F) {
+	for _, s := range []string{"./a/b", "/abs", "../x", "a/../../b", "a//b", "./", "x/./y"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		p, ok := ArchiveEntry(name)
+		if !ok {
+			return
+		}
+		if p == "." {
+			return
+		}
+		if strings.HasPrefix(p, "/") || path.Clean(p) != p {
+			t.Fatalf("ArchiveEntry(%q) = %q: not clean and relative", name, p)
+		}
+		for _, s := range strings.Split(p, "/") {
+			if s == ".." || s == "." || s == "" {
+				t.Fatalf("ArchiveEntry(%q) = %q has segment %q", name, p, s)
+			}
+		}
+	})
+}

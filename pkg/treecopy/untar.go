@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 )
 
 // MaxDirs and maxDirNames bound the directories whose times are set once
@@ -111,22 +113,12 @@ type dirTimes struct {
 	times []unix.Timespec
 }
 
-// clean returns the archive name as a path below the root, or ErrUnsafe:
-// absolute names are taken as relative (as tar does), and any ".." is
-// refused.
+// clean returns the archive name as a path below the root, or ErrUnsafe
+// (safepath.ArchiveEntry).
 func clean(name string) (string, error) {
-	name = strings.TrimLeft(name, "/")
-	if name == "" || name == "." || name == "./" {
-		return ".", nil
-	}
-	for _, c := range strings.Split(name, "/") {
-		if c == ".." {
-			return "", ErrUnsafe
-		}
-	}
-	p := path.Clean(name)
-	if p == "." || strings.HasPrefix(p, "../") || p == ".." {
-		return ".", nil
+	p, ok := safepath.ArchiveEntry(name)
+	if !ok {
+		return "", ErrUnsafe
 	}
 	return p, nil
 }
