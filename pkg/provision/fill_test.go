@@ -27,10 +27,11 @@ func inode(t *testing.T, p string) uint64 {
 	return st.Sys().(*syscall.Stat_t).Ino
 }
 
-// A fill cut half-way (a crash) leaves a partial copy in the volume's
-// directory: the next attempt makes the directory anew, sealed again, and
-// copies into it empty; nothing of the partial copy survives in it.
-func TestInterruptedFillStartsOverInANewDirectory(t *testing.T) {
+// cloneOf makes pvc-src holding one file, and records pvc-clone to be
+// filled from it; it returns the share's directory, its Area and the
+// clone's record.
+func cloneOf(t *testing.T) (string, *Area, *Record) {
+	t.Helper()
 	dir, a := newShare(t)
 	src, err := a.Create(context.Background(), req("pvc-src", "pvc-src", params.Delete))
 	if err != nil {
@@ -45,6 +46,14 @@ func TestInterruptedFillStartsOverInANewDirectory(t *testing.T) {
 	if err != nil || !rec.Filling {
 		t.Fatalf("Create from a volume = %+v, %v; want a filling record", rec, err)
 	}
+	return dir, a, rec
+}
+
+// A fill cut half-way (a crash) leaves a partial copy in the volume's
+// directory: the next attempt makes the directory anew, sealed again, and
+// copies into it empty; nothing of the partial copy survives in it.
+func TestInterruptedFillStartsOverInANewDirectory(t *testing.T) {
+	dir, a, rec := cloneOf(t)
 	// The cut attempt's leftovers.
 	if err := os.WriteFile(filepath.Join(dir, "pvc-clone", "partial"), []byte("half"), 0o644); err != nil {
 		t.Fatal(err)
@@ -76,17 +85,7 @@ func TestInterruptedFillStartsOverInANewDirectory(t *testing.T) {
 // An attempt overtaken by another (a second controller made the directory
 // anew meanwhile) never marks the volume complete.
 func TestOvertakenFillNeverCompletesTheVolume(t *testing.T) {
-	dir, a := newShare(t)
-	src, err := a.Create(context.Background(), req("pvc-src", "pvc-src", params.Delete))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := req("pvc-clone", "pvc-clone", params.Delete)
-	r.Source = &Source{Key: src.Key(), Token: src.Token}
-	rec, err := a.Create(context.Background(), r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, a, rec := cloneOf(t)
 	c := treecopy.Default
 	once := false
 	c.Limit = overtake(func() {
@@ -101,10 +100,7 @@ func TestOvertakenFillNeverCompletesTheVolume(t *testing.T) {
 			t.Errorf("the other attempt: %v", err)
 		}
 	})
-	if err := os.WriteFile(filepath.Join(dir, "pvc-src", "data"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err = a.Fill(context.Background(), idOf(rec), c)
+	_, err := a.Fill(context.Background(), idOf(rec), c)
 	if err == nil || !strings.Contains(err.Error(), "another attempt") {
 		t.Errorf("overtaken fill: %v; want it refused", err)
 	}
