@@ -126,6 +126,9 @@ func (a *Area) checkSource(req Request) error {
 	if vol == nil {
 		return fault.New(fault.NotFound, "source volume %s.%s does not exist on this share", src.Key, src.Token)
 	}
+	if vol.Shared {
+		return fault.New(fault.FailedPrecondition, "source volume %q shares its directory with other volumes (allowSharedSubDir): it cannot be cloned", vol.Name)
+	}
 	if vol.Filling || vol.FileID == 0 {
 		return fault.New(fault.Unavailable, "source volume %q is not complete yet; retry once it is", vol.Name)
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -208,5 +209,18 @@ func TestSnapshotSourcesAreChecked(t *testing.T) {
 	shared.Shared, shared.Source = true, &Source{Key: src.Key(), Token: src.Token}
 	if _, err := a.Create(context.Background(), shared); err == nil {
 		t.Error("a shared volume was made from a source")
+	}
+	shared.Source = nil
+	sharer, err := a.Create(context.Background(), shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateSnapshot("s-shared", idOf(sharer)); fault.KindOf(err) != fault.FailedPrecondition {
+		t.Errorf("snapshot of a volume sharing its directory: %v; want FailedPrecondition", err)
+	}
+	clone := req("pvc-clone-shared", "pvc-clone-shared", params.Delete)
+	clone.Source = &Source{Key: sharer.Key(), Token: sharer.Token}
+	if _, err := a.Create(context.Background(), clone); fault.KindOf(err) != fault.FailedPrecondition {
+		t.Errorf("clone of a volume sharing its directory: %v; want FailedPrecondition", err)
 	}
 }

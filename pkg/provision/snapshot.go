@@ -126,6 +126,9 @@ func (a *Area) CreateSnapshot(name string, src volumeid.ID) (*Snapshot, error) {
 	if vol == nil {
 		return nil, fault.New(fault.NotFound, "source volume %q does not exist", src.String())
 	}
+	if vol.Shared {
+		return nil, fault.New(fault.FailedPrecondition, "volume %q shares its directory with other volumes (allowSharedSubDir): it cannot be snapshotted", vol.Name)
+	}
 	if vol.Filling {
 		return nil, fault.New(fault.FailedPrecondition, "source volume %q is still being filled from its own source; snapshot it once it is ready", vol.Name)
 	}
