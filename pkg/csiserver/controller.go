@@ -156,6 +156,7 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 			if err := a.Delete(ctx, id); err != nil {
 				return err
 			}
+			s.shares.ForgetFill(id)
 			s.shares.Purge(share)
 			return nil
 		})

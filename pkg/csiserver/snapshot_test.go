@@ -170,13 +170,12 @@ func TestSnapshotRestoreAndClone(t *testing.T) {
 	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: src.Volume.VolumeId}); err != nil {
 		t.Fatal(err)
 	}
-	late, err := ctl.CreateVolume(ctx, volumeFrom("pvc-late", 1<<20, fromSnapshot(s.SnapshotId)))
+	_, err = ctl.CreateVolume(ctx, volumeFrom("pvc-late", 1<<20, fromSnapshot(s.SnapshotId)))
 	must(err)
 	sameTree(t, "restore after the source was deleted", readTree(t, filepath.Join(share, "pvc-late")), before)
 	if _, err := ctl.CreateVolume(ctx, volumeFrom("pvc-orphan-clone", 1<<20, fromVolume(src.Volume.VolumeId))); status.Code(err) != codes.NotFound {
 		t.Errorf("clone of a deleted volume: %v; want NotFound", err)
 	}
-	_ = late
 
 	for i := 0; i < 2; i++ { // a second delete is a no-op
 		if _, err := ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: s.SnapshotId}); err != nil {

@@ -164,6 +164,28 @@ func (s *Set) attempt(share *Share, name string, j *copyJob, run copyFn) {
 	}
 }
 
+// snapshotJob and fillJob name the copies of a snapshot and of a volume
+// being filled.
+func snapshotJob(id volumeid.ID) string { return "snapshot " + id.Key + "." + id.Token }
+func fillJob(id volumeid.ID) string     { return "volume " + id.Key + "." + id.Token }
+
+// forgetCopy drops what is kept of the copy name between attempts (its last
+// failure and back-off) once its subject is deleted: nothing asks for it
+// again, and the Set keeps no state for copies that are gone. A running
+// attempt finds its subject gone itself (provision.ErrGone).
+func (s *Set) forgetCopy(name string) {
+	cp := s.copies
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if j := cp.jobs[name]; j != nil && !j.running {
+		delete(cp.jobs, name)
+	}
+}
+
+// ForgetFill drops what is kept of the fill of the volume of id; call it
+// once the volume is deleted.
+func (s *Set) ForgetFill(id volumeid.ID) { s.forgetCopy(fillJob(id)) }
+
 // CopyStats are the copies' figures for the metrics.
 type CopyStats struct {
 	Running, Completed, Failed int64
@@ -199,7 +221,7 @@ func (s *Set) snapshotState(a *provision.Area, share *Share, id volumeid.ID, sna
 		st.Ready = ready
 		return st, err
 	}
-	st.Copy = s.ensure(share, "snapshot "+id.Key+"."+id.Token, func(ctx context.Context, c treecopy.Copier) (treecopy.Result, error) {
+	st.Copy = s.ensure(share, snapshotJob(id), func(ctx context.Context, c treecopy.Copier) (treecopy.Result, error) {
 		return a.FillSnapshot(ctx, id, c)
 	}, wait)
 	st.Ready, err = a.SnapshotReady(snap)
@@ -209,7 +231,7 @@ func (s *Set) snapshotState(a *provision.Area, share *Share, id volumeid.ID, sna
 // FillState returns whether the volume rec of id is still being filled,
 // starting its copy when no attempt runs and waiting up to wait for it.
 func (s *Set) FillState(a *provision.Area, share *Share, id volumeid.ID, wait time.Duration) (filling bool, st CopyState, err error) {
-	st = s.ensure(share, "volume "+id.Key+"."+id.Token, func(ctx context.Context, c treecopy.Copier) (treecopy.Result, error) {
+	st = s.ensure(share, fillJob(id), func(ctx context.Context, c treecopy.Copier) (treecopy.Result, error) {
 		return a.Fill(ctx, id, c)
 	}, wait)
 	rec, err := a.Lookup(id)

@@ -57,6 +57,9 @@ func (s *Set) Snapshot(ctx context.Context, id volumeid.ID) (*SnapshotState, err
 func (s *Set) DeleteSnapshot(ctx context.Context, id volumeid.ID) error {
 	err := s.OnVolume(ctx, id, func(a *provision.Area, share *Share) error {
 		err := a.DeleteSnapshot(id)
+		if err == nil {
+			s.forgetCopy(snapshotJob(id))
+		}
 		s.Purge(share)
 		return err
 	})
