@@ -72,6 +72,7 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.IntVar(&cfg.CountWorkers, "usage-count-workers", cfg.CountWorkers, "how many volumes are counted at once")
 	fs.IntVar(&cfg.CopyWorkers, "copy-workers", cfg.CopyWorkers, "how many snapshots, restores and clones are copied at once (more wait their turn)")
 	fs.Float64Var(&cfg.CopyRate, "copy-rate", 0, "files and directories the snapshot, restore and clone copies make per second, all together (0: no bound)")
+	fs.BoolVar(&cfg.ReadClaimMetadata, "read-claim-metadata", false, "let subDir templates use the claim's labels and annotations, read from the Kubernetes API with the pod's service account (needs get on persistentvolumeclaims)")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
 	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", cfg.KubeletDir, "kubelet's root directory; the node service mounts only on kubelet's CSI volume paths below it")

@@ -71,6 +71,9 @@ type Config struct {
 	// together (0: no bound).
 	CopyWorkers int
 	CopyRate    float64
+	// ReadClaimMetadata lets the controller read claims' labels and
+	// annotations from the Kubernetes API for subDir templates.
+	ReadClaimMetadata bool
 	// CheckOnly asks main to validate the configuration and exit.
 	CheckOnly bool
 	// MetricsAddress is host:port for Prometheus /metrics; "" is off.

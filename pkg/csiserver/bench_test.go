@@ -26,7 +26,7 @@ func startFake(tb testing.TB) (*grpc.ClientConn, *nfsmounttest.Fake) {
 // startFakeWith starts a driver on a fake mounter with the config changed
 // by mutate, and returns the client connection, the mounter and the
 // driver's socket path.
-func startFakeWith(tb testing.TB, mutate func(*config.Config)) (*grpc.ClientConn, *nfsmounttest.Fake, string) {
+func startFakeWith(tb testing.TB, mutate func(*config.Config), hooks ...func(*Driver)) (*grpc.ClientConn, *nfsmounttest.Fake, string) {
 	dir := tb.TempDir()
 	m := nfsmounttest.New(filepath.Join(dir, "nfs"))
 	if err := os.MkdirAll(m.ExportDir("nfs.example", "/export"), 0o755); err != nil {
@@ -42,6 +42,9 @@ func startFakeWith(tb testing.TB, mutate func(*config.Config)) (*grpc.ClientConn
 	d, err := New(cfg, m)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	for _, h := range hooks {
+		h(d)
 	}
 	l, err := Listen(cfg.Endpoint)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsdir/nfsdir/pkg/claims"
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/keylock"
@@ -19,6 +20,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/shares"
+	"github.com/nfsdir/nfsdir/pkg/subdir"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -30,6 +32,9 @@ type Controller struct {
 	defaultOnDelete params.OnDelete
 	defaultMode     uint32
 	locks           keylock.Set
+	// claims reads the claim's labels and annotations for subDir
+	// templates that use them; nil when the operator did not enable it.
+	claims claims.Reader
 }
 
 var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
@@ -75,7 +80,11 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		// csi-provisioner names the volume after the PV.
 		p = withEntry(p, params.KeyPVName, req.GetName())
 	}
-	cp, err := params.ParseCreate(p)
+	claim, err := s.claimOf(ctx, p)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	cp, err := params.ParseCreate(p, claim)
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -128,6 +137,20 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		VolumeContext: csiVolume(id, rec).VolumeContext,
 		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
+}
+
+// claimOf reads the claim's labels and annotations when the subDir
+// template of parameters p uses them, and returns nil otherwise.
+func (s *Controller) claimOf(ctx context.Context, p map[string]string) (*subdir.Claim, error) {
+	if !params.NeedsClaim(p) {
+		return nil, nil
+	}
+	if s.claims == nil {
+		return nil, fault.New(fault.InvalidArgument, "the subDir template uses the claim's labels or annotations, and reading them is off: start the controller with --read-claim-metadata (chart value controller.claimMetadata.enabled)")
+	}
+	ns, _ := lookupFold(p, params.KeyPVCNamespace)
+	name, _ := lookupFold(p, params.KeyPVCName)
+	return s.claims.Claim(ctx, ns, name)
 }
 
 // DeleteVolume applies the volume's onDelete policy. Volumes nfsdir did not

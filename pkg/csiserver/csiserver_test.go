@@ -10,7 +10,11 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nfsdir/nfsdir/pkg/claims"
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -270,5 +274,45 @@ func TestControllerExpandVolume(t *testing.T) {
 	}
 	if _, err := expand(v.VolumeId, 3<<30); status.Code(err) != codes.NotFound {
 		t.Errorf("deleted volume: %v", err)
+	}
+}
+
+func TestSubDirTemplatesWithClaimLabelsAndAnnotations(t *testing.T) {
+	kube := fake.NewClientset(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "data",
+		Labels: map[string]string{"team": "blue"}, Annotations: map[string]string{"nfs.io/storage-path": "a/b"}}})
+	conn, m, _ := startFakeWith(t, nil, func(d *Driver) { d.controller.claims = claims.NewReader(kube) })
+	ctl := csi.NewControllerClient(conn)
+	create := func(subDir, claim string) (*csi.CreateVolumeResponse, error) {
+		return ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: []*csi.VolumeCapability{rwx},
+			Parameters: map[string]string{"server": "nfs.example", "share": "/export", "subDir": subDir,
+				"csi.storage.k8s.io/pvc/name": claim, "csi.storage.k8s.io/pvc/namespace": "team-a"}})
+	}
+	if _, err := create("${pvc.metadata.labels['team']}/${pvc.metadata.name}", "data"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(m.ExportDir("nfs.example", "/export"), "blue", "data")); err != nil || !st.IsDir() {
+		t.Errorf("labelled directory: %v", err)
+	}
+	for _, tt := range []struct {
+		subDir, claim string
+		code          codes.Code
+		msg           string
+	}{
+		{"${pvc.metadata.labels['missing']}", "data", codes.InvalidArgument, `no label "missing"`},
+		{"${.PVC.annotations.nfs.io/storage-path}", "data", codes.InvalidArgument, "single directory name"},
+		{"${pvc.metadata.labels['team']}", "gone", codes.NotFound, "team-a/gone"},
+	} {
+		if _, err := create(tt.subDir, tt.claim); status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%s: %v, want %s containing %q", tt.subDir, err, tt.code, tt.msg)
+		}
+	}
+
+	// Off (the default): the template is refused before anything is mounted.
+	conn, m = startFake(t)
+	_, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rwx},
+		Parameters: map[string]string{"server": "nfs.example", "share": "/export", "subDir": "${pvc.metadata.labels['team']}",
+			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "team-a"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--read-claim-metadata") || len(m.Actions()) != 0 {
+		t.Errorf("reading off: %v, actions %v", err, m.Actions())
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsdir/nfsdir/pkg/claims"
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
@@ -92,6 +93,11 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		})
 		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
+		if cfg.ReadClaimMetadata {
+			if d.controller.claims, err = claims.InCluster(); err != nil {
+				return nil, err
+			}
+		}
 		csi.RegisterControllerServer(d.server, d.controller)
 	}
 	if cfg.Node() {

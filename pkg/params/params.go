@@ -75,9 +75,23 @@ type Create struct {
 	Shared bool
 }
 
+// NeedsClaim reports whether the subDir template of StorageClass
+// parameters p uses the claim's labels or annotations: the caller reads
+// them and passes them to ParseCreate.
+func NeedsClaim(p map[string]string) bool {
+	for k, v := range p {
+		if strings.EqualFold(k, KeySubDir) && subdir.NeedsClaim(v) {
+			return true
+		}
+	}
+	return false
+}
+
 // ParseCreate parses StorageClass parameters. The subDir template is
-// expanded with the claim's names from the parameters themselves.
-func ParseCreate(p map[string]string) (Create, error) {
+// expanded with the claim's names from the parameters themselves and,
+// when the template needs them (NeedsClaim), the claim's labels and
+// annotations.
+func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	m, err := lower(p, KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
 		KeyUID, KeyGID, KeyAllowShared, KeyPVCName, KeyPVCNamespace, KeyPVName)
 	if err != nil {
@@ -87,7 +101,7 @@ func ParseCreate(p map[string]string) (Create, error) {
 	if c.Export, err = export.New(m[KeyServer], m[KeyShare]); err != nil {
 		return Create{}, err
 	}
-	c.Vars = subdir.Vars{PVCName: m[KeyPVCName], PVCNamespace: m[KeyPVCNamespace], PVName: m[KeyPVName]}
+	c.Vars = subdir.Vars{PVCName: m[KeyPVCName], PVCNamespace: m[KeyPVCNamespace], PVName: m[KeyPVName], Claim: claim}
 	if c.SubDir, err = subdir.Expand(m[KeySubDir], c.Vars); err != nil {
 		return Create{}, fmt.Errorf("parameter \"subDir\": %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/subdir"
 )
 
 func TestParseCreate(t *testing.T) {
@@ -12,7 +13,7 @@ func TestParseCreate(t *testing.T) {
 		"Server": "fd00::1", "SHARE": "/srv/", "subDir": "${pvc.metadata.namespace}/${pvc.metadata.name}",
 		"mountPermissions": "02770", "onDelete": "Archive", "uid": "1000", "gid": "2000",
 		KeyPVCName: "data", KeyPVCNamespace: "ns", KeyPVName: "pvc-1",
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,9 +21,24 @@ func TestParseCreate(t *testing.T) {
 		c.OnDelete != Archive || c.UID != 1000 || c.GID != 2000 {
 		t.Errorf("ParseCreate = %+v", c)
 	}
-	d, err := ParseCreate(map[string]string{"server": "s", "share": "/e", KeyPVName: "pvc-2"})
+	d, err := ParseCreate(map[string]string{"server": "s", "share": "/e", KeyPVName: "pvc-2"}, nil)
 	if err != nil || d.SubDir != "pvc-2" || d.UID != -1 || d.GID != -1 || d.Mode != 0 || d.OnDelete != "" {
 		t.Errorf("defaults = %+v, %v", d, err)
+	}
+}
+
+func TestParseCreateWithClaimMetadata(t *testing.T) {
+	p := map[string]string{"server": "s", "share": "/e", "SubDir": "${pvc.metadata.labels['team']}/${pvc.metadata.name}",
+		KeyPVCName: "data", KeyPVCNamespace: "ns", KeyPVName: "pvc-1"}
+	if !NeedsClaim(p) || NeedsClaim(map[string]string{"subDir": "${pvc.metadata.name}"}) {
+		t.Error("NeedsClaim")
+	}
+	c, err := ParseCreate(p, &subdir.Claim{Labels: map[string]string{"team": "blue"}})
+	if err != nil || c.SubDir != "blue/data" {
+		t.Errorf("ParseCreate = %q, %v", c.SubDir, err)
+	}
+	if _, err := ParseCreate(p, &subdir.Claim{}); err == nil || !strings.Contains(err.Error(), `no label "team"`) {
+		t.Errorf("missing label: %v", err)
 	}
 }
 
@@ -50,7 +66,7 @@ func TestParseCreateErrors(t *testing.T) {
 		"did not carry":                   base("subDir", "${pvc.metadata.name}"),
 	}
 	for want, m := range tests {
-		if _, err := ParseCreate(m); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := ParseCreate(m, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseCreate(%v) error = %v, want %q", m, err, want)
 		}
 	}
@@ -95,7 +111,7 @@ func FuzzParseCreate(f *testing.F) {
 	f.Add("s#x", "e", "/", "..", "..", "")
 	f.Fuzz(func(t *testing.T, server, share, sub, ns, name, pv string) {
 		c, err := ParseCreate(map[string]string{"server": server, "share": share, "subDir": sub,
-			KeyPVCNamespace: ns, KeyPVCName: name, KeyPVName: pv})
+			KeyPVCNamespace: ns, KeyPVCName: name, KeyPVName: pv}, &subdir.Claim{Labels: map[string]string{"k": name}})
 		if err != nil {
 			return
 		}

@@ -43,7 +43,7 @@ var valueSets = map[string][]string{
 	"inline":       {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
 	"kubeletdir":   {"kubeletDir=/var/lib/k0s/kubelet/"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
-	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json"},
+	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true"},
 }
 
 // rendered holds the decoded objects of one helm template run.
@@ -258,6 +258,10 @@ func TestInvariants(t *testing.T) {
 				t.Errorf("controller nfsdir container: %v", nfsdir.Args)
 			}
 			checkDriverArgs(t, bin, nfsdir)
+			claimMeta := strings.Contains(values, "claimMetadata.enabled=true")
+			if hasArg(nfsdir, "--read-claim-metadata") != claimMeta || (claimMeta && !grants(r, "", "persistentvolumeclaims", "get")) {
+				t.Errorf("claim metadata %v: controller args %v", claimMeta, nfsdir.Args)
+			}
 			for _, a := range []string{"--leader-election", "--extra-create-metadata", "--timeout", "--csi-address"} {
 				if !hasArg(prov, a) {
 					t.Errorf("csi-provisioner lacks %s: %v", a, prov.Args)
@@ -531,4 +535,17 @@ func checkSnapshotClasses(t *testing.T, r *rendered, snap bool) {
 			t.Errorf("VolumeSnapshotClass %s default=%v", c.Metadata.Name, def)
 		}
 	}
+}
+
+// grants reports whether a ClusterRole of r allows verb on resource of
+// API group group.
+func grants(r *rendered, group, resource, verb string) bool {
+	for _, cr := range r.clusterRole {
+		for _, rule := range cr.Rules {
+			if contains(rule.APIGroups, group) && contains(rule.Resources, resource) && contains(rule.Verbs, verb) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -62,7 +62,7 @@ func TestExamples(t *testing.T) {
 				for k, v := range sc.Parameters {
 					p[k] = v
 				}
-				if _, err := params.ParseCreate(p); err != nil || sc.Provisioner != "nfsdir.csi.io" {
+				if _, err := params.ParseCreate(p, nil); err != nil || sc.Provisioner != "nfsdir.csi.io" {
 					t.Errorf("%s: parameters rejected by the driver: %v", f, err)
 				}
 			case "PersistentVolume":
