@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -18,11 +19,12 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/shares"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
 // adoptArgs are the arguments of `nfsdir adopt`.
 type adoptArgs struct {
-	server, share, subDir, name, onDelete, mountOptions, stateDir, driver string
+	server, share, subDir, name, onDelete, mountOptions, stateDir, driver, legacyID string
 	capacity                                                              int64
 	timeout                                                               time.Duration
 }
@@ -38,10 +40,18 @@ func parseAdopt(args []string) (adoptArgs, error) {
 	fs.StringVar(&a.mountOptions, "mount-options", "", "mount options for the share, comma separated (as the StorageClass mountOptions)")
 	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "the controller's --state-dir")
 	fs.StringVar(&a.driver, "driver-name", config.DefaultDriverName, "the driver name, for the printed PersistentVolume")
+	fs.StringVar(&a.legacyID, "legacy-id", "", "csi-driver-nfs volume handle (server#share#subDir#uuid#onDelete) of the PersistentVolume that keeps using the directory while nfsdir serves under csi-driver-nfs's name; DeleteVolume of that handle then follows --on-delete. Sets --server, --share and --subdir when they are not given")
 	fs.Int64Var(&a.capacity, "capacity", 0, "capacity in bytes to record (informational; NFS directories have no quota)")
 	fs.DurationVar(&a.timeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting the share may take")
 	if err := fs.Parse(args); err != nil {
 		return a, err
+	}
+	if a.legacyID != "" {
+		l, err := volumeid.ParseLegacy(a.legacyID)
+		if err != nil {
+			return a, fmt.Errorf("--legacy-id: %v", err)
+		}
+		a.server, a.share, a.subDir = cmp.Or(a.server, l.Export.Server), cmp.Or(a.share, l.Export.Share), cmp.Or(a.subDir, l.SubDir)
 	}
 	if a.server == "" || a.share == "" || a.subDir == "" {
 		return a, fmt.Errorf("--server, --share and --subdir are required")
@@ -93,7 +103,7 @@ func runAdopt(args []string, out io.Writer) error {
 	var shareOpts mountopts.Options
 	err = own.On(ctx, e, opts, true, func(area *provision.Area, share *shares.Share) (err error) {
 		shareOpts = share.Options
-		rec, err = area.Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity, Options: share.Options.String()})
+		rec, err = area.Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity, Options: share.Options.String(), LegacyID: a.legacyID})
 		return err
 	})
 	if err != nil {
@@ -104,6 +114,10 @@ func runAdopt(args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "adopted %s on %s as volume %q (onDelete=%s)\nvolume ID: %s\n\n", rec.SubDir, e, rec.Name, rec.OnDelete, id)
+	if a.legacyID != "" {
+		fmt.Fprintf(out, "The PersistentVolume with handle %q keeps working as it is; deleting it now follows onDelete=%s.\n", a.legacyID, rec.OnDelete)
+		return nil
+	}
 	fmt.Fprintf(out, `# Bind the data with a PersistentVolume that uses this handle:
 apiVersion: v1
 kind: PersistentVolume

@@ -46,3 +46,13 @@ func TestBadFlagsGiveOneClearLine(t *testing.T) {
 		}
 	}
 }
+
+func TestAdoptTakesItsPlaceFromALegacyID(t *testing.T) {
+	a, err := parseAdopt([]string{"--legacy-id=nfs.example#srv/k8s#pvc-1#pvc-1#delete", "--on-delete=archive"})
+	if err != nil || a.server != "nfs.example" || a.share != "/srv/k8s" || a.subDir != "pvc-1" || a.name != "adopted-pvc-1" {
+		t.Errorf("parseAdopt = %+v, %v", a, err)
+	}
+	if _, err := parseAdopt([]string{"--legacy-id=nonsense"}); err == nil || !strings.Contains(err.Error(), "--legacy-id") {
+		t.Errorf("bad legacy ID: %v", err)
+	}
+}

@@ -190,10 +190,37 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// deleteLegacy answers DeleteVolume for a csi-driver-nfs ID: nfsdir did not
-// create its directory, so it never removes it. When the directory is gone
-// already there is nothing to do; otherwise the operator must decide.
+// deleteLegacy answers DeleteVolume for a csi-driver-nfs ID. A directory
+// adopted for exactly this ID (nfsdir serving under csi-driver-nfs's name,
+// `nfsdir migrate`) follows its record's onDelete policy. Otherwise nfsdir
+// did not create the directory, so it never removes it: when the
+// directory is gone already, or the ID itself asks to retain it, there is
+// nothing to do; otherwise the operator must decide.
 func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Legacy) (*csi.DeleteVolumeResponse, error) {
+	adopted := false
+	err := s.shares.On(ctx, l.Export, nil, false, func(a *provision.Area, share *shares.Share) error {
+		rec, err := a.AdoptedAs(raw, l.SubDir)
+		if err != nil || rec == nil {
+			return err
+		}
+		adopted = true
+		if err := a.Delete(ctx, volumeid.ID{Export: l.Export, Key: rec.Key(), Token: rec.Token}); err != nil {
+			return err
+		}
+		klog.Infof("DeleteVolume %q: adopted directory %q, onDelete=%s applied", raw, rec.SubDir, rec.OnDelete)
+		s.shares.Purge(share)
+		return nil
+	})
+	if err != nil && !errors.Is(err, provision.ErrNoArea) {
+		return nil, toStatus(err)
+	}
+	if adopted {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if strings.EqualFold(l.OnDelete, string(params.Retain)) {
+		klog.Infof("DeleteVolume %q: csi-driver-nfs volume with onDelete=retain; directory %q left as it is", raw, l.SubDir)
+		return &csi.DeleteVolumeResponse{}, nil
+	}
 	dir := l.SubDir
 	if dir == "" {
 		dir = "."
@@ -212,7 +239,7 @@ func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Le
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	return nil, status.Errorf(codes.FailedPrecondition,
-		"volume %q was not created by nfsdir (csi-driver-nfs ID for directory %q on %s); nfsdir never deletes a directory it did not create: delete the data by hand, or hand it over with `nfsdir adopt`", raw, l.SubDir, l.Export)
+		"volume %q was not created by nfsdir (csi-driver-nfs ID for directory %q on %s); nfsdir never deletes a directory it did not create: delete the data by hand, or hand it over with `nfsdir adopt --legacy-id` or `nfsdir migrate`", raw, l.SubDir, l.Export)
 }
 
 // ControllerExpandVolume records the volume's new capacity (online: pods

@@ -16,7 +16,11 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/claims"
 	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -314,5 +318,62 @@ func TestSubDirTemplatesWithClaimLabelsAndAnnotations(t *testing.T) {
 			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "team-a"}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--read-claim-metadata") || len(m.Actions()) != 0 {
 		t.Errorf("reading off: %v, actions %v", err, m.Actions())
+	}
+}
+
+func TestLegacyIDsFollowTheirAdoption(t *testing.T) {
+	var d *Driver
+	conn, m, _ := startFakeWith(t, nil, func(dr *Driver) { d = dr })
+	ctl := csi.NewControllerClient(conn)
+	exp := m.ExportDir("nfs.example", "/export")
+	for _, dir := range []string{"pvc-a", "pvc-b"} {
+		if err := os.WriteFile(filepath.Join(exp, dir+".keep"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Join(exp, dir), 0o755)
+		os.WriteFile(filepath.Join(exp, dir, "data"), []byte("tenant"), 0o644)
+	}
+	const id = "nfs.example#export#pvc-a#pvc-a#archive"
+	e, _ := export.New("nfs.example", "/export")
+	adopt := func(req provision.Request) error {
+		return d.shares.On(ctx, e, nil, true, func(a *provision.Area, _ *shares.Share) error {
+			_, err := a.Adopt(req)
+			return err
+		})
+	}
+	req := provision.Request{Name: "pvc-a", SubDir: "pvc-a", OnDelete: params.Archive, LegacyID: id}
+	if err := adopt(req); err != nil {
+		t.Fatal(err)
+	}
+	if err := adopt(req); err != nil {
+		t.Errorf("the same adoption again: %v, want its record", err)
+	}
+	if err := adopt(provision.Request{Name: "pvc-a", SubDir: "pvc-a", LegacyID: "nfs.example#export#pvc-b#pvc-b#delete"}); status.Code(toStatus(err)) != codes.InvalidArgument {
+		t.Errorf("a legacy ID of another directory: %v", err)
+	}
+	// Another ID for the adopted directory is not the adopted volume.
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "nfs.example#export#pvc-a#other-pv#delete"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("another ID for the adopted directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(exp, "pvc-a", "data")); err != nil {
+		t.Fatal("adopted data gone after a foreign ID's delete")
+	}
+	for range 2 { // the retry finds nothing left to do
+		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Fatalf("DeleteVolume of the adopted ID: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(exp, "pvc-a")); !os.IsNotExist(err) {
+		t.Errorf("archived directory still in place: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(exp, "archived-pvc-a", "data")); err != nil || string(b) != "tenant" {
+		t.Errorf("archived data: %q, %v", b, err)
+	}
+	// A csi-driver-nfs ID that asks to retain: nothing is touched, OK.
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "nfs.example#export#pvc-b#pvc-b#retain"}); err != nil {
+		t.Errorf("legacy retain: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(exp, "pvc-b", "data")); err != nil || string(b) != "tenant" {
+		t.Errorf("retained data: %q, %v", b, err)
 	}
 }

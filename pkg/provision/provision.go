@@ -49,6 +49,9 @@ type Request struct {
 	// Source, when set, is what the new volume is filled from (Fill);
 	// it must exist on this share, be complete, and fit CapacityBytes.
 	Source *Source
+	// LegacyID (Adopt only) is the csi-driver-nfs volume ID that keeps
+	// naming the adopted directory; its subDir must be SubDir.
+	LegacyID string
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -1026,6 +1029,23 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 	if req.Shared {
 		return nil, fault.New(fault.InvalidArgument, "a shared directory cannot be adopted")
 	}
+	if req.LegacyID != "" {
+		l, err := volumeid.ParseLegacy(req.LegacyID)
+		if err != nil {
+			return nil, fault.Wrap(fault.InvalidArgument, err, "legacy volume ID")
+		}
+		if l.SubDir != req.SubDir {
+			return nil, fault.New(fault.InvalidArgument, "csi-driver-nfs volume ID %q names directory %q, not %q", req.LegacyID, l.SubDir, req.SubDir)
+		}
+	}
+	// A retry of the same adoption (the same name, legacy ID and
+	// directory) gets the record it made.
+	if old, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir)); err == nil && old != nil &&
+		old.Adopted && old.Name == req.Name && old.LegacyID == req.LegacyID {
+		if id, err := fileID(a.root, req.SubDir); err == nil && id == old.FileID {
+			return old, nil
+		}
+	}
 	if err := a.checkNotNested(req.SubDir); err != nil {
 		return nil, err
 	}
@@ -1052,7 +1072,7 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: handleDigest(a.root, req.SubDir),
-		Options: req.Options}
+		Options: req.Options, LegacyID: req.LegacyID}
 	if err := writeRecordExclusive(a.volumes, rec.Key(), rec); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			old, _ := readRecord(a.volumes, rec.Key())
@@ -1060,6 +1080,20 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 				return nil, fault.New(fault.AlreadyExists, "directory %q already belongs to nfsdir volume %q", req.SubDir, old.Name)
 			}
 		}
+		return nil, err
+	}
+	return rec, nil
+}
+
+// AdoptedAs returns the record of the directory subDir when it was adopted
+// for the csi-driver-nfs volume ID legacyID (Adopt with Request.LegacyID),
+// and nil when there is none: no other record, and no other ID, qualifies.
+func (a *Area) AdoptedAs(legacyID, subDir string) (*Record, error) {
+	if safepath.CheckVolumePath(subDir) != nil {
+		return nil, nil
+	}
+	rec, err := readRecord(a.volumes, volumeid.KeyForDir(subDir))
+	if err != nil || rec == nil || !rec.Adopted || rec.LegacyID == "" || rec.LegacyID != legacyID || rec.SubDir != subDir {
 		return nil, err
 	}
 	return rec, nil

@@ -52,6 +52,11 @@ type Record struct {
 	// never a volume ID's record, and it stays when the sharers are gone.
 	SharedDir bool `json:"sharedDir,omitempty"`
 	Adopted   bool `json:"adopted,omitempty"` // handed over by `nfsdir adopt`
+	// LegacyID is the csi-driver-nfs volume ID of the PersistentVolume
+	// that kept using the adopted directory (nfsdir serving under
+	// csi-driver-nfs's name): DeleteVolume with exactly that ID follows
+	// this record. Empty: the volume is known by its nfsdir ID only.
+	LegacyID string `json:"legacyID,omitempty"`
 	// FileID is the volume directory's inode number (NFS fileid), recorded
 	// once the directory exists: a directory at SubDir with another FileID
 	// is not the one nfsdir created, and is never deleted or archived. 0:
