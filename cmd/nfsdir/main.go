@@ -2,13 +2,17 @@
 // volumes: every volume is a subdirectory of the export.
 //
 // `nfsdir [flags]` serves CSI; `nfsdir adopt [flags]` hands an existing
-// directory over to nfsdir (see README, "Adopting existing data").
+// directory over to nfsdir (see README, "Adopting existing data");
+// `nfsdir migrate [flags]` moves the PVs of csi-driver-nfs or
+// nfs-subdir-external-provisioner over (README, "Migrating from
+// csi-driver-nfs / nfs-subdir-external-provisioner").
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -27,12 +31,15 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "adopt" {
-		if err := runAdopt(os.Args[2:], os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "nfsdir adopt:", err)
-			os.Exit(1)
+	if len(os.Args) > 1 {
+		sub := map[string]func([]string, io.Writer) error{"adopt": runAdopt, "migrate": runMigrate}[os.Args[1]]
+		if sub != nil {
+			if err := sub(os.Args[2:], os.Stdout); err != nil {
+				fmt.Fprintf(os.Stderr, "nfsdir %s: %v\n", os.Args[1], err)
+				os.Exit(1)
+			}
+			return
 		}
-		return
 	}
 	cfg, showVersion, err := parseFlags(os.Args[1:])
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/nfsdir/nfsdir/pkg/claims"
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/keylock"
@@ -34,7 +33,13 @@ type Controller struct {
 	locks           keylock.Set
 	// claims reads the claim's labels and annotations for subDir
 	// templates that use them; nil when the operator did not enable it.
-	claims claims.Reader
+	claims claimReader
+}
+
+// claimReader reads what subDir templates may use of a claim
+// (kubeapi.Client).
+type claimReader interface {
+	Claim(ctx context.Context, namespace, name string) (*subdir.Claim, error)
 }
 
 var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{

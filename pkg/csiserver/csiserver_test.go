@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nfsdir/nfsdir/pkg/claims"
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/kubeapi"
+	"github.com/nfsdir/nfsdir/pkg/kubeapi/kubeapitest"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
@@ -282,9 +282,9 @@ func TestControllerExpandVolume(t *testing.T) {
 }
 
 func TestSubDirTemplatesWithClaimLabelsAndAnnotations(t *testing.T) {
-	kube := fake.NewClientset(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "data",
-		Labels: map[string]string{"team": "blue"}, Annotations: map[string]string{"nfs.io/storage-path": "a/b"}}})
-	conn, m, _ := startFakeWith(t, nil, func(d *Driver) { d.controller.claims = claims.NewReader(kube) })
+	kube := kubeapi.New(kubeapitest.Dynamic(t, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "data",
+		Labels: map[string]string{"team": "blue"}, Annotations: map[string]string{"nfs.io/storage-path": "a/b"}}}))
+	conn, m, _ := startFakeWith(t, nil, func(d *Driver) { d.controller.claims = kube })
 	ctl := csi.NewControllerClient(conn)
 	create := func(subDir, claim string) (*csi.CreateVolumeResponse, error) {
 		return ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: []*csi.VolumeCapability{rwx},

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/nfsdir/nfsdir/pkg/claims"
 	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/kubeapi"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/shares"
@@ -94,9 +94,11 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
 		if cfg.ReadClaimMetadata {
-			if d.controller.claims, err = claims.InCluster(); err != nil {
-				return nil, err
+			kube, err := kubeapi.InCluster("nfsdir-controller")
+			if err != nil {
+				return nil, fmt.Errorf("--read-claim-metadata: %w", err)
 			}
+			d.controller.claims = kube
 		}
 		csi.RegisterControllerServer(d.server, d.controller)
 	}

@@ -1085,6 +1085,28 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 	return rec, nil
 }
 
+// Unadopt removes the record Adopt made for the directory subDir as volume
+// name, and nothing else: the directory and what it holds stay as they
+// are. No record is not an error; a record that is not that adoption is
+// FailedPrecondition.
+func (a *Area) Unadopt(name, subDir string) error {
+	if err := safepath.CheckVolumePath(subDir); err != nil {
+		return fault.New(fault.InvalidArgument, "subDir %v", err)
+	}
+	key := volumeid.KeyForDir(subDir)
+	rec, err := readRecord(a.volumes, key)
+	if err != nil || rec == nil {
+		return err
+	}
+	if !rec.Adopted || rec.Name != name || rec.SubDir != subDir {
+		return fault.New(fault.FailedPrecondition, "directory %q belongs to nfsdir volume %q, which is not its adoption as %q; left alone", subDir, rec.Name, name)
+	}
+	if err := a.volumes.Remove(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // AdoptedAs returns the record of the directory subDir when it was adopted
 // for the csi-driver-nfs volume ID legacyID (Adopt with Request.LegacyID),
 // and nil when there is none: no other record, and no other ID, qualifies.

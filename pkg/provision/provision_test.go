@@ -555,3 +555,39 @@ func TestInterruptedRemovalsAreSettled(t *testing.T) {
 		t.Errorf("live's record: %+v %v", rec, err)
 	}
 }
+
+func TestUnadoptRemovesOnlyItsAdoption(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	os.MkdirAll(filepath.Join(dir, "old"), 0o755)
+	os.WriteFile(filepath.Join(dir, "old/data"), []byte("x"), 0o600)
+	rec, err := a.Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Delete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := a.Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Delete}); err != nil || again.Token != rec.Token {
+		t.Errorf("the same adoption again = %+v, %v; want its record", again, err)
+	}
+	if _, err := a.Create(ctx, req("made", "made", params.Delete)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, sub string }{{"pv-2", "old"}, {"made", "made"}} {
+		if err := a.Unadopt(tt.name, tt.sub); !fault.Is(err, fault.FailedPrecondition) {
+			t.Errorf("Unadopt(%s, %s) = %v, want FailedPrecondition", tt.name, tt.sub, err)
+		}
+	}
+	for range 2 {
+		if err := a.Unadopt("pv-1", "old"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := a.Lookup(volumeid.ID{Key: rec.Key(), Token: rec.Token}); got != nil {
+		t.Errorf("record left: %+v", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "old/data")); err != nil || string(b) != "x" {
+		t.Errorf("data after Unadopt: %q, %v", b, err)
+	}
+	if _, err := a.Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Archive}); err != nil {
+		t.Errorf("adopting again after Unadopt: %v", err)
+	}
+}

@@ -87,3 +87,14 @@ func TestSharesHaveOneOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyKubeapiTalksToKubernetes: the Kubernetes API has one owner,
+// pkg/kubeapi (its dynamic client keeps every API group's typed client
+// out of the binary); the rest see typed objects and small interfaces.
+func TestOnlyKubeapiTalksToKubernetes(t *testing.T) {
+	eachImport(t, module+"/...", func(pkg, imp string) {
+		if strings.HasPrefix(imp, "k8s.io/client-go") && !strings.HasPrefix(pkg, module+"/pkg/kubeapi") {
+			t.Errorf("%s imports %s; only pkg/kubeapi may", pkg, imp)
+		}
+	})
+}
