@@ -25,8 +25,8 @@ import (
 // adoptArgs are the arguments of `nfsdir adopt`.
 type adoptArgs struct {
 	server, share, subDir, name, onDelete, mountOptions, stateDir, driver, legacyID string
-	capacity                                                              int64
-	timeout                                                               time.Duration
+	capacity                                                                        int64
+	timeout                                                                         time.Duration
 }
 
 func parseAdopt(args []string) (adoptArgs, error) {

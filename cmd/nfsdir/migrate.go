@@ -27,9 +27,9 @@ import (
 // migrateArgs are the arguments of `nfsdir migrate`.
 type migrateArgs struct {
 	from, kubeconfig, driver, stateNS, stateDir, selector string
-	pvs, namespaces                                      []string
-	apply, rollback                                      bool
-	mountTimeout, wait                                   time.Duration
+	pvs, namespaces                                       []string
+	apply, rollback                                       bool
+	mountTimeout, wait                                    time.Duration
 }
 
 func parseMigrate(args []string) (migrateArgs, error) {
