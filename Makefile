@@ -180,6 +180,7 @@ define e2e-payload
 		$(GO) list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)/config/crd && \
 		cp $$crds/snapshot.storage.k8s.io_*.yaml $(1)/snapshot-crds/
 	cp $(HELM) $(1)/helm
+	cp bin/lab/nfsdir $(1)/nfsdir
 	cp -r charts/nfsdir $(1)/chart/ && cp -r deploy/example $(1)/example
 	cp bin/images/*.tar $(1)/images/
 endef

@@ -164,13 +164,15 @@ func MakePlan(in Input) (Plan, error) {
 		refuse := func(format string, args ...any) {
 			it.Action, it.Reason = Refuse, fmt.Sprintf(format, args...)
 		}
-		switch {
-		case migratedFrom(pv, in):
+		e, dir, ok := directoryOf(pv)
+		if migratedFrom(pv, in) {
 			it.Action = Done
+			if ok {
+				it.Share, it.SubDir, _ = locate(shares, e, dir)
+			}
 			plan.Items = append(plan.Items, it)
 			continue
 		}
-		e, dir, ok := directoryOf(pv)
 		if !ok {
 			refuse("its volume source is not an NFS directory nfsdir can read (%s)", sourceKind(pv))
 			plan.Items = append(plan.Items, it)

@@ -42,6 +42,8 @@ var valueSets = map[string][]string{
 	"snapshots":    {"feature.enableSnapshotter=true", "feature.enableResizer=false", "volumeSnapshotClasses[0].name=nfsdir", "volumeSnapshotClasses[0].default=true", "volumeSnapshotClasses[1].name=nfsdir-retain", "volumeSnapshotClasses[1].deletionPolicy=Retain"},
 	"inline":       {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
 	"kubeletdir":   {"kubeletDir=/var/lib/k0s/kubelet/"},
+	// Drop-in for csi-driver-nfs: nfsdir under its driver name.
+	"dropin": {"driver.name=nfs.csi.k8s.io"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
 	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true"},
 }
@@ -223,7 +225,11 @@ func TestInvariants(t *testing.T) {
 				t.Fatalf("objects: %d CSIDriver, %d Deployment, %d DaemonSet", len(r.csiDrivers), len(r.deployments), len(r.daemonSets))
 			}
 			drv := r.csiDrivers[0]
-			if drv.Name != "nfsdir.csi.io" || drv.Spec.AttachRequired == nil || *drv.Spec.AttachRequired ||
+			driver := "nfsdir.csi.io"
+			if strings.Contains(values, "driver.name=nfs.csi.k8s.io") {
+				driver = "nfs.csi.k8s.io"
+			}
+			if drv.Name != driver || drv.Spec.AttachRequired == nil || *drv.Spec.AttachRequired ||
 				drv.Spec.FSGroupPolicy == nil || *drv.Spec.FSGroupPolicy != storagev1.FileFSGroupPolicy ||
 				drv.Spec.RequiresRepublish == nil || *drv.Spec.RequiresRepublish {
 				t.Errorf("CSIDriver spec %+v", drv.Spec)
@@ -298,7 +304,10 @@ func TestInvariants(t *testing.T) {
 			for i := range ds.Volumes {
 				vols[ds.Volumes[i].Name] = &ds.Volumes[i]
 			}
-			plugin := kubelet + "/plugins/nfsdir.csi.io"
+			plugin := kubelet + "/plugins/" + driver
+			if !contains(node.Args, "--driver-name="+driver) || !contains(nfsdir.Args, "--driver-name="+driver) {
+				t.Errorf("driver name %s not passed: node %v, controller %v", driver, node.Args, nfsdir.Args)
+			}
 			if v := vols["socket-dir"]; v == nil || v.HostPath == nil || v.HostPath.Path != plugin {
 				t.Errorf("socket-dir %+v, want hostPath %s", v, plugin)
 			}

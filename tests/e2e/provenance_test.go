@@ -333,6 +333,50 @@ func TestAdoptThenDelete(t *testing.T) {
 	}
 }
 
+// TestAdoptedLegacyVolume: nfsdir serving under csi-driver-nfs's name
+// keeps a csi-driver-nfs PV as it is; once its directory is adopted for
+// exactly its handle (`nfsdir adopt --legacy-id`, as `nfsdir migrate`
+// does in drop-in mode), the PV still publishes, and DeleteVolume of that
+// handle follows the recorded policy; another handle naming the same
+// directory is still refused.
+func TestAdoptedLegacyVolume(t *testing.T) {
+	c := start(t, nil)
+	os.MkdirAll(onExport("legacy-drop/pvc-7"), 0o777)
+	os.WriteFile(onExport("legacy-drop/pvc-7/data"), []byte("old"), 0o644)
+	handle := lab.Server() + "#" + strings.TrimPrefix(lab.Export(), "/") + "#legacy-drop/pvc-7#pvc-7#delete"
+	if _, out, err := adopt(t, "legacy-drop/pvc-7", "--name", "pvc-7", "--on-delete", "delete", "--legacy-id", handle); err != nil {
+		t.Fatalf("nfsdir adopt: %v\n%s", err, out)
+	}
+	if _, out, err := adopt(t, "legacy-drop/pvc-7", "--name", "pvc-7", "--on-delete", "delete", "--legacy-id", handle); err != nil {
+		t.Errorf("the same adoption again: %v\n%s", err, out)
+	}
+	target := filepath.Join(t.TempDir(), "t")
+	c.Publish(t, &csi.Volume{VolumeId: handle}, target, lab.RWX("nfsvers=4.1"), false)
+	if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "old" {
+		t.Errorf("adopted legacy volume content: %q %v", b, err)
+	}
+	c.Unpublish(t, &csi.Volume{VolumeId: handle}, target)
+	other := strings.Replace(handle, "#pvc-7#delete", "#pvc-other#delete", 1)
+	if err := deleteErr(c, t, other); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("DeleteVolume of another handle for the adopted directory: %v", err)
+	}
+	if !exists(onExport("legacy-drop/pvc-7/data")) {
+		t.Fatal("another handle's DeleteVolume removed the adopted data")
+	}
+	for range 2 {
+		if err := deleteErr(c, t, handle); err != nil {
+			t.Fatalf("DeleteVolume of the adopted handle: %v", err)
+		}
+	}
+	if exists(onExport("legacy-drop/pvc-7")) {
+		t.Error("onDelete delete: the adopted directory is still in place")
+	}
+	if !exists(onExport("legacy-drop")) {
+		t.Error("removed a parent nfsdir did not create")
+	}
+	waitTrashEmpty(t)
+}
+
 // TestReplacedDirectoryIsNotDeleted: a volume's directory moved away and
 // another put at its path: DeleteVolume refuses, both are untouched.
 func TestReplacedDirectoryIsNotDeleted(t *testing.T) {

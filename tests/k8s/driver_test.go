@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -56,6 +57,8 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"VolumeAttributesClassOnDelete", (*cluster).volumeAttributesClassOnDelete},
 		{"SnapshotRestoreAndClone", (*cluster).snapshotRestoreAndClone},
 		{"StaticVolume", (*cluster).staticVolume},
+		{"ClaimMetadataTemplates", (*cluster).claimMetadataTemplates},
+		{"MigrateFromNFSSubdir", (*cluster).migrateFromNFSSubdir},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
@@ -118,6 +121,7 @@ func labImageValues() []string {
 		// Counted every 15 s rather than 5 min: the lab checks kubelet's
 		// volume stats within minutes.
 		"--set", "controller.usage.countEvery=15s",
+		"--set", "controller.claimMetadata.enabled=true",
 	}
 }
 
@@ -770,4 +774,186 @@ spec: {volumeSnapshotClassName: nfsdir-snapshots, source: {persistentVolumeClaim
 	}
 	c.kube.CoreV1().Pods("default").Delete(ctx, "snap-src-change", metav1.DeleteOptions{})
 	c.stage("VolumeSnapshot deleted: its content and its copy on the share are gone")
+}
+
+// migrateFromNFSSubdir: two claims of nfs-subdir-external-provisioner
+// (objects and directories as it makes them) are moved to nfsdir by
+// `nfsdir migrate` while a pod appends to one of them through kubelet's
+// in-tree NFS mount: no write fails, no line is lost, the claims keep
+// their names and UIDs, a new pod mounts the nfsdir PV and sees the data;
+// --rollback brings the second PV back; deleting the migrated claim
+// follows nfs-subdir's archiveOnDelete (archived by nfsdir).
+func (c *cluster) migrateFromNFSSubdir() {
+	ctx := context.Background()
+	for _, d := range []string{"default-legacy-a-pvc-subdir-a", "default-legacy-b-pvc-subdir-b"} {
+		dir := filepath.Join(serverDir, d)
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			c.t.Fatal(err)
+		}
+		os.Chmod(dir, 0o777) // as nfs-subdir-external-provisioner leaves it
+		os.WriteFile(filepath.Join(dir, "old"), []byte("before-migration\n"), 0o644)
+	}
+	c.create(c.testdata("nfs-subdir.yaml"))
+	uids := map[string]types.UID{}
+	for _, claim := range []string{"legacy-a", "legacy-b"} {
+		c.waitFor("claim "+claim+" Bound", 2*time.Minute, func() (bool, error) {
+			pvc, err := c.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1GetOptions)
+			if err != nil {
+				return false, err
+			}
+			uids[claim] = pvc.UID
+			return pvc.Status.Phase == corev1.ClaimBound, fmt.Errorf("phase %s", pvc.Status.Phase)
+		})
+	}
+	c.create(c.testdata("legacy-pods.yaml"))
+	c.podRunning("default", "legacy-writer", 3*time.Minute)
+	log := filepath.Join(serverDir, "default-legacy-a-pvc-subdir-a", "writer.log")
+	c.linesGrow("legacy writer writes", "legacy-writer", log, 10)
+
+	plan := c.migrate("--from=nfs-subdir-external-provisioner")
+	for _, want := range []string{"pvc-subdir-a", "pvc-subdir-b", "adopt, replace the PV", "pvc-subdir-released",
+		"refused: it is not bound", "2 to adopt and replace", "Nothing changed"} {
+		if !strings.Contains(plan, want) {
+			c.t.Errorf("plan lacks %q:\n%s", want, plan)
+		}
+	}
+	if pv, _ := c.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-subdir-a", metav1GetOptions); pv == nil || pv.Spec.NFS == nil {
+		c.t.Fatalf("printing the plan changed the PV: %+v", pv)
+	}
+	began := time.Now()
+	out := c.migrate("--from=nfs-subdir-external-provisioner", "--apply")
+	c.stage(fmt.Sprintf("nfsdir migrate --apply took %.1fs", time.Since(began).Seconds()))
+	if !strings.Contains(out, "2 PVs migrated, 0 failed") {
+		c.t.Fatalf("migrate --apply:\n%s", out)
+	}
+	for _, claim := range []string{"legacy-a", "legacy-b"} {
+		pv := c.boundPV("default", claim)
+		pvc, _ := c.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1GetOptions)
+		if pvc.UID != uids[claim] || pv.Spec.NFS != nil || pv.Spec.ClaimRef.UID != uids[claim] || pv.Spec.StorageClassName != "nfs-client" {
+			c.t.Errorf("%s after the migration: claim UID %s (was %s), PV %+v", claim, pvc.UID, uids[claim], pv.Spec)
+		}
+	}
+	c.linesGrow("legacy writer still writes after the migration", "legacy-writer", log, 10)
+	if again := c.migrate("--from=nfs-subdir-external-provisioner", "--apply"); !strings.Contains(again, "2 migrated already") || !strings.Contains(again, "0 PVs migrated, 0 failed") {
+		c.t.Errorf("second --apply:\n%s", again)
+	}
+	// The writer stops; every line it wrote is there, in order.
+	if err := c.kube.CoreV1().Pods("default").Delete(ctx, "legacy-writer", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("legacy writer gone", 2*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().Pods("default").Get(ctx, "legacy-writer", metav1GetOptions)
+		return apierrors.IsNotFound(err), err
+	})
+	b, _ := os.ReadFile(log)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for i, l := range lines {
+		if l != strconv.Itoa(i+1) {
+			c.t.Fatalf("writer.log line %d is %q: a write was lost or failed (%d lines)", i+1, l, len(lines))
+		}
+	}
+	c.stage(fmt.Sprintf("the writer wrote %d lines through the migration, none lost", len(lines)))
+	// A new pod mounts the nfsdir PV and sees the same data.
+	c.create(strings.NewReplacer("NAME", "migrated-reader", "CLAIM", "legacy-a").Replace(c.testdata("legacy-reader.yaml")))
+	c.podReaches("default", "migrated-reader", corev1.PodSucceeded, 5*time.Minute)
+	dir := filepath.Join(serverDir, "default-legacy-a-pvc-subdir-a")
+	if seen, err := os.ReadFile(filepath.Join(dir, "seen-by-migrated-reader")); err != nil || strings.TrimSpace(string(seen)) != lines[len(lines)-1] {
+		c.t.Errorf("the new pod saw last line %q, the writer wrote %q (%v)", seen, lines[len(lines)-1], err)
+	}
+	// --rollback of the second PV: the saved nfs-subdir PV is back.
+	out = c.migrate("--from=nfs-subdir-external-provisioner", "--rollback", "--pv=pvc-subdir-b")
+	if !strings.Contains(out, "1 PVs rolled back, 0 failed") {
+		c.t.Fatalf("migrate --rollback:\n%s", out)
+	}
+	pvb, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-subdir-b", metav1GetOptions)
+	if err != nil || pvb.Spec.NFS == nil || pvb.Spec.NFS.Path != "/default-legacy-b-pvc-subdir-b" || pvb.Spec.ClaimRef.UID != uids["legacy-b"] {
+		c.t.Fatalf("rolled back PV: %+v, %v", pvb, err)
+	}
+	c.create(strings.NewReplacer("NAME", "rolled-back-reader", "CLAIM", "legacy-b").Replace(c.testdata("legacy-reader.yaml")))
+	c.podReaches("default", "rolled-back-reader", corev1.PodSucceeded, 5*time.Minute)
+	if a, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-subdir-a", metav1GetOptions); err != nil || a.Spec.CSI == nil {
+		c.t.Errorf("the rollback of pvc-subdir-b touched pvc-subdir-a: %+v, %v", a, err)
+	}
+	// Deleting the migrated claim follows archiveOnDelete: archived.
+	for _, p := range []string{"migrated-reader", "rolled-back-reader"} {
+		c.kube.CoreV1().Pods("default").Delete(ctx, p, metav1.DeleteOptions{})
+	}
+	if err := c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "legacy-a", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("migrated PV deleted", 3*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-subdir-a", metav1GetOptions)
+		return apierrors.IsNotFound(err), err
+	}, "kubelet")
+	archived := filepath.Join(serverDir, "archived-default-legacy-a-pvc-subdir-a")
+	if b, err := os.ReadFile(filepath.Join(archived, "old")); err != nil || string(b) != "before-migration\n" {
+		entries, _ := os.ReadDir(serverDir)
+		c.t.Errorf("migrated claim deleted: %s/old = %q, %v (share holds %v)", archived, b, err, entries)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		c.t.Errorf("%s still in place after its archive", dir)
+	}
+}
+
+// migrate runs `nfsdir migrate` on the node with the admin's kubeconfig
+// and returns its output.
+func (c *cluster) migrate(args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(filepath.Join(c.bin, "nfsdir"), append([]string{"migrate", "--kubeconfig=" + c.admin,
+		"--state-dir=/var/lib/nfsdir-migrate"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	c.t.Logf("nfsdir migrate %s:\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		c.t.Fatalf("nfsdir migrate %v: %v", args, err)
+	}
+	return string(out)
+}
+
+// linesGrow checks that pod runs without restarts and file grows by n lines.
+func (c *cluster) linesGrow(what, pod, file string, n int) {
+	c.t.Helper()
+	lines := func() int { b, _ := os.ReadFile(file); return strings.Count(string(b), "\n") }
+	from := lines()
+	c.waitFor(what, 2*time.Minute, func() (bool, error) {
+		p, err := c.kube.CoreV1().Pods("default").Get(context.Background(), pod, metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			c.t.Fatalf("%s stopped:\n%s", pod, c.describePod(p))
+		}
+		got := lines()
+		return got >= from+n, fmt.Errorf("%d lines, from %d", got, from)
+	})
+}
+
+// claimMetadataTemplates: a StorageClass whose subDir uses a claim label
+// (csi-driver-nfs's syntax) and an annotation (nfs-subdir's): the claim's
+// directory is where they say; a claim without the label stays Pending
+// with an event that names it.
+func (c *cluster) claimMetadataTemplates() {
+	ctx := context.Background()
+	c.create(c.testdata("claim-metadata.yaml"))
+	c.boundPV("default", "labelled")
+	if st, err := os.Stat(filepath.Join(serverDir, "blue", "data-1")); err != nil || !st.IsDir() {
+		c.t.Errorf("the labelled claim's directory blue/data-1: %v", err)
+	}
+	c.waitFor("the unlabelled claim's event names the label", 3*time.Minute, func() (bool, error) {
+		ev, err := c.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=unlabelled"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range ev.Items {
+			if e.Reason == "ProvisioningFailed" && strings.Contains(e.Message, `has no label "team"`) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d events", len(ev.Items))
+	}, "kubelet")
+	if pvc, _ := c.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "unlabelled", metav1GetOptions); pvc == nil || pvc.Status.Phase != corev1.ClaimPending {
+		c.t.Errorf("the unlabelled claim: %+v", pvc)
+	}
+	for _, claim := range []string{"labelled", "unlabelled"} {
+		c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, claim, metav1.DeleteOptions{})
+	}
 }
