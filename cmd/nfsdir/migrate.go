@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -103,6 +104,7 @@ func runMigrate(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	plan = migrate.Vet(ctx, plan, sh)
 	printPlan(out, plan)
 	if !a.apply {
 		fmt.Fprintln(out, "\nNothing changed: run again with --apply to carry the plan out.")
@@ -137,8 +139,12 @@ func planFromCluster(ctx context.Context, kube *kubeapi.Client, a migrateArgs) (
 		}
 		sel = func(pv *corev1.PersistentVolume) bool { return names[pv.Name] && a.selected(pv) }
 	}
+	saved, err := kube.ConfigMaps(ctx, a.stateNS, migrate.LabelMigration+"="+a.from)
+	if err != nil {
+		return migrate.Plan{}, fmt.Errorf("list saved PVs in namespace %s: %w", a.stateNS, err)
+	}
 	return migrate.MakePlan(migrate.Input{From: a.from, Driver: a.driver, PVs: pvs, Claims: claims,
-		Classes: classes, Selected: sel})
+		Classes: classes, Saved: migrate.Saved(saved), Selected: sel})
 }
 
 func printPlan(out io.Writer, plan migrate.Plan) {
@@ -153,7 +159,7 @@ func printPlan(out io.Writer, plan migrate.Plan) {
 		if it.SubDir != "" {
 			dir = it.Share.Export.Source(it.SubDir)
 		}
-		if it.Action == migrate.Refuse {
+		if it.Reason != "" {
 			what += ": " + it.Reason
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", it.PV, it.Claim, dir, strings.TrimSpace(string(it.OnDelete)), what)
@@ -211,8 +217,7 @@ func (m migrationShares) Adopt(ctx context.Context, it migrate.Item) (string, ma
 	var shareOpts mountopts.Options
 	err = m.own.On(ctx, it.Share.Export, opts, true, func(area *provision.Area, share *shares.Share) (err error) {
 		shareOpts = share.Options
-		rec, err = area.Adopt(provision.Request{Name: it.PV, SubDir: it.SubDir, OnDelete: it.OnDelete,
-			CapacityBytes: it.CapacityBytes, Options: share.Options.String(), LegacyID: it.LegacyID})
+		rec, err = area.Adopt(adoptRequest(it, share.Options.String()))
 		return err
 	})
 	if err != nil {
@@ -225,6 +230,26 @@ func (m migrationShares) Adopt(ctx context.Context, it migrate.Item) (string, ma
 	return id.String(), map[string]string{params.KeyServer: it.Share.Export.Server, params.KeyShare: it.Share.Export.Share, "subDir": rec.SubDir}, nil
 }
 
+func (m migrationShares) Check(ctx context.Context, it migrate.Item) error {
+	opts, err := mountopts.Parse(strings.Join(it.Share.MountOptions, ","))
+	if err != nil {
+		return fmt.Errorf("mount options of StorageClass %s: %w", it.Share.Class, err)
+	}
+	err = m.own.On(ctx, it.Share.Export, opts, false, func(area *provision.Area, _ *shares.Share) error {
+		return area.CanAdopt(adoptRequest(it, ""))
+	})
+	if errors.Is(err, provision.ErrNoArea) {
+		return nil // nothing recorded on that share yet
+	}
+	return err
+}
+
+// adoptRequest is the adoption of it's directory.
+func adoptRequest(it migrate.Item, options string) provision.Request {
+	return provision.Request{Name: it.PV, SubDir: it.SubDir, OnDelete: it.OnDelete,
+		CapacityBytes: it.CapacityBytes, Options: options, LegacyID: it.LegacyID}
+}
+
 func (m migrationShares) Release(ctx context.Context, it migrate.Item) error {
 	opts, err := mountopts.Parse(strings.Join(it.Share.MountOptions, ","))
 	if err != nil {
@@ -233,7 +258,7 @@ func (m migrationShares) Release(ctx context.Context, it migrate.Item) error {
 	err = m.own.On(ctx, it.Share.Export, opts, false, func(area *provision.Area, _ *shares.Share) error {
 		return area.Unadopt(it.PV, it.SubDir)
 	})
-	if err == provision.ErrNoArea {
+	if errors.Is(err, provision.ErrNoArea) {
 		return nil
 	}
 	return err

@@ -34,6 +34,8 @@ type API interface {
 
 // Shares adopts and releases volume directories on their shares.
 type Shares interface {
+	// Check returns the error Adopt would give for it, changing nothing.
+	Check(ctx context.Context, it Item) error
 	// Adopt records it's directory as an nfsdir volume named it.PV (the
 	// same adoption again returns the same volume) and returns the
 	// volume ID and the volume attributes of an nfsdir PV for it.
@@ -162,6 +164,33 @@ func (r runner) apply(ctx context.Context, from string, it Item) error {
 	}
 	r.logf("%s: nfsdir PV created with handle %s", it.PV, id)
 	return r.waitBound(ctx, it.PV, saved)
+}
+
+// Vet asks the shares whether each Keep and Replace item of plan can be
+// adopted, and refuses, with the reason, those that cannot (a directory
+// missing, nfsdir's already, holding or inside an nfsdir volume).
+func Vet(ctx context.Context, plan Plan, sh Shares) Plan {
+	for i, it := range plan.Items {
+		if it.Action != Keep && it.Action != Replace {
+			continue
+		}
+		if err := sh.Check(ctx, it); err != nil {
+			plan.Items[i].Action, plan.Items[i].Reason = Refuse, "its directory cannot be adopted: "+err.Error()
+		}
+	}
+	return plan
+}
+
+// Saved returns the plan items kept with the saved PVs of cms, by PV name;
+// a ConfigMap that holds none is left out.
+func Saved(cms []corev1.ConfigMap) map[string]Item {
+	out := map[string]Item{}
+	for i := range cms {
+		if pv, it, err := decodeSaved(&cms[i]); err == nil {
+			out[pv.Name] = it
+		}
+	}
+	return out
 }
 
 // replacement is the nfsdir PV that takes old's place.

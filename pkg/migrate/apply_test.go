@@ -41,6 +41,13 @@ func (f *fakeShares) Adopt(_ context.Context, it migrate.Item) (string, map[stri
 	return "n1|192.0.2.10|/srv|key-" + it.PV + ".token|", map[string]string{"server": "192.0.2.10", "share": "/srv", "subDir": it.SubDir}, nil
 }
 
+func (f *fakeShares) Check(_ context.Context, it migrate.Item) error {
+	if it.SubDir == "taken" {
+		return errors.New(`directory "taken" already belongs to nfsdir volume "pvc-x"`)
+	}
+	return nil
+}
+
 func (f *fakeShares) Release(_ context.Context, it migrate.Item) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -229,5 +236,29 @@ func TestApplyLeavesAStrangerAlone(t *testing.T) {
 	}
 	if got, _ := kube.PV(ctx, "pv-1"); got.Spec.NFS == nil {
 		t.Errorf("the stranger PV was changed: %+v", got)
+	}
+}
+
+func TestVetAndResume(t *testing.T) {
+	plan := migrate.Vet(ctx, migrate.Plan{Items: []migrate.Item{{PV: "a", Action: migrate.Replace, SubDir: "taken"},
+		{PV: "b", Action: migrate.Replace, SubDir: "free"}, {PV: "c", Action: migrate.Done, SubDir: "taken"}}}, &fakeShares{})
+	if plan.Items[0].Action != migrate.Refuse || !strings.Contains(plan.Items[0].Reason, "already belongs") ||
+		plan.Items[1].Action != migrate.Replace || plan.Items[2].Action != migrate.Done {
+		t.Errorf("vetted %+v", plan.Items)
+	}
+	// A run stopped after deleting the old PV object: the next plan
+	// resumes it from the saved item.
+	pv, claim := subdirObjects()
+	d := kubeapitest.Dynamic(t, pv, claim)
+	kube := kubeapi.New(d)
+	d.PrependReactor("create", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("stop here")
+	})
+	migrate.Apply(ctx, kube, &fakeShares{}, migrate.Plan{From: migrate.FromNFSSubdir, Items: []migrate.Item{replaceItem}}, opts())
+	cms, _ := kube.ConfigMaps(ctx, "kube-system", "")
+	resumed, err := migrate.MakePlan(migrate.Input{From: migrate.FromNFSSubdir, Driver: "nfsdir.csi.io", Saved: migrate.Saved(cms)})
+	if err != nil || len(resumed.Items) != 1 || resumed.Items[0].Action != migrate.Replace || resumed.Items[0].SubDir != "team-data-pv-1" ||
+		!strings.Contains(resumed.Items[0].Reason, "resumed") {
+		t.Errorf("resumed plan %+v, %v", resumed.Items, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/params"
@@ -69,6 +70,10 @@ type Input struct {
 	// Classes are the cluster's StorageClasses: nfsdir's give the known
 	// shares, nfs-subdir's its onDelete parameters.
 	Classes []storagev1.StorageClass
+	// Saved are the plan items an earlier Apply saved (Saved), by PV
+	// name: one whose PV object is gone was interrupted between deleting
+	// the old PV and creating nfsdir's, and is resumed.
+	Saved map[string]Item
 	// Selected, when set, limits the plan to the PVs it accepts (names,
 	// namespaces, label selectors); the others are left out of the plan.
 	Selected func(*corev1.PersistentVolume) bool
@@ -194,6 +199,16 @@ func MakePlan(in Input) (Plan, error) {
 				it.Action, it.LegacyID = Keep, pv.Spec.CSI.VolumeHandle
 			}
 		}
+		plan.Items = append(plan.Items, it)
+	}
+	for name, it := range in.Saved {
+		if slices.ContainsFunc(in.PVs, func(pv corev1.PersistentVolume) bool { return pv.Name == name }) || it.Action != Replace {
+			continue
+		}
+		if in.Selected != nil && !in.Selected(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}}) {
+			continue
+		}
+		it.Reason = "resumed: the old PV object is deleted already"
 		plan.Items = append(plan.Items, it)
 	}
 	slices.SortFunc(plan.Items, func(a, b Item) int { return cmp.Compare(a.PV, b.PV) })

@@ -1023,43 +1023,9 @@ func (a *Area) pruneParents(subDir string) {
 // exist, be a real directory, lie outside other volumes and have no record.
 // Nothing is written into the directory.
 func (a *Area) Adopt(req Request) (*Record, error) {
-	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
-		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
-	}
-	if req.Shared {
-		return nil, fault.New(fault.InvalidArgument, "a shared directory cannot be adopted")
-	}
-	if req.LegacyID != "" {
-		l, err := volumeid.ParseLegacy(req.LegacyID)
-		if err != nil {
-			return nil, fault.Wrap(fault.InvalidArgument, err, "legacy volume ID")
-		}
-		if l.SubDir != req.SubDir {
-			return nil, fault.New(fault.InvalidArgument, "csi-driver-nfs volume ID %q names directory %q, not %q", req.LegacyID, l.SubDir, req.SubDir)
-		}
-	}
-	// A retry of the same adoption (the same name, legacy ID and
-	// directory) gets the record it made.
-	if old, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir)); err == nil && old != nil &&
-		old.Adopted && old.Name == req.Name && old.LegacyID == req.LegacyID {
-		if id, err := fileID(a.root, req.SubDir); err == nil && id == old.FileID {
-			return old, nil
-		}
-	}
-	if err := a.checkNotNested(req.SubDir); err != nil {
-		return nil, err
-	}
-	if err := a.checkNoVolumeAround(req.SubDir); err != nil {
-		return nil, err
-	}
-	for _, p := range append(safepath.Parents(req.SubDir), req.SubDir) {
-		st, err := a.root.Lstat(p)
-		if err != nil {
-			return nil, fault.Wrap(fault.NotFound, err, "directory %q", req.SubDir)
-		}
-		if !st.IsDir() {
-			return nil, fault.New(fault.FailedPrecondition, "%q is not a directory (%s)", p, st.Mode().Type())
-		}
+	same, err := a.checkAdopt(req)
+	if err != nil || same != nil {
+		return same, err
 	}
 	st, err := a.root.Lstat(req.SubDir)
 	if err != nil {
@@ -1083,6 +1049,61 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 		return nil, err
 	}
 	return rec, nil
+}
+
+// CanAdopt reports whether Adopt(req) would succeed, changing nothing: nil
+// when it would (or did already: the same adoption), else Adopt's error.
+func (a *Area) CanAdopt(req Request) error {
+	_, err := a.checkAdopt(req)
+	return err
+}
+
+// checkAdopt runs Adopt's checks. It returns the record of the same
+// adoption made before (the same name, legacy ID and directory), if any.
+func (a *Area) checkAdopt(req Request) (*Record, error) {
+	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
+		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
+	}
+	if req.Shared {
+		return nil, fault.New(fault.InvalidArgument, "a shared directory cannot be adopted")
+	}
+	if req.LegacyID != "" {
+		l, err := volumeid.ParseLegacy(req.LegacyID)
+		if err != nil {
+			return nil, fault.Wrap(fault.InvalidArgument, err, "legacy volume ID")
+		}
+		if l.SubDir != req.SubDir {
+			return nil, fault.New(fault.InvalidArgument, "csi-driver-nfs volume ID %q names directory %q, not %q", req.LegacyID, l.SubDir, req.SubDir)
+		}
+	}
+	old, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir))
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
+		if old.Adopted && old.Name == req.Name && old.LegacyID == req.LegacyID {
+			if id, err := fileID(a.root, req.SubDir); err == nil && id == old.FileID {
+				return old, nil
+			}
+		}
+		return nil, fault.New(fault.AlreadyExists, "directory %q already belongs to nfsdir volume %q", req.SubDir, old.Name)
+	}
+	if err := a.checkNotNested(req.SubDir); err != nil {
+		return nil, err
+	}
+	if err := a.checkNoVolumeAround(req.SubDir); err != nil {
+		return nil, err
+	}
+	for _, p := range append(safepath.Parents(req.SubDir), req.SubDir) {
+		st, err := a.root.Lstat(p)
+		if err != nil {
+			return nil, fault.Wrap(fault.NotFound, err, "directory %q", req.SubDir)
+		}
+		if !st.IsDir() {
+			return nil, fault.New(fault.FailedPrecondition, "%q is not a directory (%s)", p, st.Mode().Type())
+		}
+	}
+	return nil, nil
 }
 
 // Unadopt removes the record Adopt made for the directory subDir as volume

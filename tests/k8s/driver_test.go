@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -59,6 +60,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"StaticVolume", (*cluster).staticVolume},
 		{"ClaimMetadataTemplates", (*cluster).claimMetadataTemplates},
 		{"MigrateFromNFSSubdir", (*cluster).migrateFromNFSSubdir},
+		{"DropInForCSIDriverNFS", (*cluster).dropInForCSIDriverNFS},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
@@ -955,5 +957,82 @@ func (c *cluster) claimMetadataTemplates() {
 	}
 	for _, claim := range []string{"labelled", "unlabelled"} {
 		c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, claim, metav1.DeleteOptions{})
+	}
+}
+
+// dropInForCSIDriverNFS: nfsdir installed under csi-driver-nfs's driver
+// name (a second release, csi-driver-nfs itself gone): a csi-driver-nfs PV
+// keeps working unchanged and a pod reads its data; a new claim of the
+// same class gets an nfsdir volume; `nfsdir migrate --from csi-driver-nfs
+// --apply` keeps the PV and adopts its directory; deleting the old claim
+// then follows the handle's onDelete (delete) instead of being refused.
+func (c *cluster) dropInForCSIDriverNFS() {
+	ctx := context.Background()
+	const legacyDriver = "nfs.csi.k8s.io"
+	args := append([]string{"install", "dropin", filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS}, labImageValues()...)
+	args = append(args, "--set", "driver.name="+legacyDriver, "--set", "node.healthPort=29663", "--set", "node.metricsPort=29665",
+		"--set", "volumeSnapshotClasses[0].name=dropin-snapshots")
+	if out := c.helm(args...); !strings.Contains(out, "STATUS: deployed") {
+		c.t.Fatalf("helm install of the drop-in release:\n%s", out)
+	}
+	defer func() {
+		c.helm("uninstall", "dropin", "--namespace", driverNS, "--wait", "--timeout", "3m")
+	}()
+	c.podsReady("drop-in controller", driverNS, "app.kubernetes.io/instance=dropin,app.kubernetes.io/component=controller", 1, 5*time.Minute)
+	c.podsReady("drop-in node plugin", driverNS, "app.kubernetes.io/instance=dropin,app.kubernetes.io/component=node", 1, 5*time.Minute)
+	c.waitFor("CSINode lists "+legacyDriver, 3*time.Minute, func() (bool, error) {
+		n, err := c.kube.StorageV1().CSINodes().Get(ctx, nodeName, metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(n.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == legacyDriver }), nil
+	}, "kubelet")
+
+	dir := filepath.Join(serverDir, "pvc-csi-old")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		c.t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "old"), []byte("before-migration\n"), 0o644)
+	c.create(c.testdata("csi-driver-nfs.yaml"))
+	c.create(strings.NewReplacer("NAME", "csi-old-reader", "CLAIM", "csi-old").Replace(c.testdata("legacy-reader.yaml")))
+	c.podReaches("default", "csi-old-reader", corev1.PodSucceeded, 5*time.Minute)
+	var fresh *corev1.PersistentVolume
+	c.waitFor("claim csi-new Bound", 3*time.Minute, func() (bool, error) {
+		pvc, err := c.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "csi-new", metav1GetOptions)
+		if err != nil || pvc.Status.Phase != corev1.ClaimBound {
+			return false, err
+		}
+		fresh, err = c.kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1GetOptions)
+		return err == nil, err
+	}, "kubelet")
+	if fresh.Spec.CSI == nil || fresh.Spec.CSI.Driver != legacyDriver || !strings.HasPrefix(fresh.Spec.CSI.VolumeHandle, "n1|") {
+		c.t.Errorf("the new claim's volume is not nfsdir's: %+v", fresh.Spec.PersistentVolumeSource)
+	}
+	plan := c.migrate("--from=csi-driver-nfs", "--driver-name="+legacyDriver)
+	if !strings.Contains(plan, "pvc-csi-old") || !strings.Contains(plan, "adopt, keep the PV") || strings.Contains(plan, fresh.Name) {
+		c.t.Errorf("drop-in plan:\n%s", plan)
+	}
+	if out := c.migrate("--from=csi-driver-nfs", "--driver-name="+legacyDriver, "--apply"); !strings.Contains(out, "1 PVs migrated, 0 failed") {
+		c.t.Fatalf("drop-in migrate --apply:\n%s", out)
+	}
+	pv, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-csi-old", metav1GetOptions)
+	if err != nil || pv.Spec.CSI.VolumeHandle != "192.0.2.10##pvc-csi-old#pvc-csi-old#delete" ||
+		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || pv.Annotations["nfsdir.csi.io/migrated-from"] != "csi-driver-nfs" {
+		c.t.Fatalf("kept PV: %+v, %v", pv, err)
+	}
+	c.kube.CoreV1().Pods("default").Delete(ctx, "csi-old-reader", metav1.DeleteOptions{})
+	for _, claim := range []string{"csi-old", "csi-new"} {
+		if err := c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, claim, metav1.DeleteOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"pvc-csi-old", fresh.Name} {
+		c.waitFor("PV "+name+" deleted", 3*time.Minute, func() (bool, error) {
+			_, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, name, metav1GetOptions)
+			return apierrors.IsNotFound(err), err
+		}, "kubelet")
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		c.t.Errorf("the adopted csi-driver-nfs directory after its claim's deletion (onDelete delete): %v", err)
 	}
 }
