@@ -75,8 +75,18 @@ func (s *Controller) awaitFill(ctx context.Context, a *provision.Area, share *sh
 	case !filling:
 		rec.Filling = false
 		return nil
-	case st.Err != nil:
+	case st.Err != nil && !fault.KindOf(st.Err).Final():
 		return fault.Wrap(fault.KindOf(st.Err), st.Err, "volume %q: filling it from %s failed (retried)", rec.Name, rec.Source)
+	case st.Err != nil:
+		// The provisioner stops at this answer and will never delete a
+		// volume it was not given: the half-filled one goes now (it was
+		// never usable), and a retry starts over.
+		if err := a.DiscardFill(ctx, id); err != nil {
+			return fault.Wrap(fault.Unavailable, err, "volume %q: filling it from %s failed (%v), and removing the half-filled volume failed; retry", rec.Name, rec.Source, st.Err)
+		}
+		s.shares.ForgetFill(id)
+		s.shares.Purge(share)
+		return fault.Wrap(fault.KindOf(st.Err), st.Err, "volume %q: filling it from %s failed, and the half-filled volume is removed", rec.Name, rec.Source)
 	}
 	return fault.New(fault.Aborted, "volume %q is being filled from %s: %d entries and %d bytes copied so far; retry until it is done", rec.Name, rec.Source, st.Entries, st.Bytes)
 }

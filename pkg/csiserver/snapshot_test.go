@@ -246,3 +246,39 @@ func TestRestoreOfACSIDriverNFSArchive(t *testing.T) {
 		t.Errorf("restore from another server: %v; want InvalidArgument", err)
 	}
 }
+
+// TestAFillThatCannotSucceedLeavesNothing: csi-provisioner takes a final
+// error as the end of provisioning and never deletes a volume it was not
+// given, so a restore whose fill fails for good (a corrupt archive here;
+// a source deleted meanwhile alike) must not leave its half volume, record
+// or directory behind; a retry starts over and fails the same way.
+func TestAFillThatCannotSucceedLeavesNothing(t *testing.T) {
+	conn, m := startFake(t)
+	ctl := csi.NewControllerClient(conn)
+	share := m.ExportDir("nfs.example", "/export")
+	if err := os.MkdirAll(filepath.Join(share, "snapshot-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(share, "snapshot-1", "pvc-old.tar.gz"), []byte("\x1f\x8b\x08\x00truncated"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := "nfs.example#export#snapshot-1#snapshot-1#pvc-old"
+	for i := range 3 {
+		req := volumeFrom("pvc-doomed", 1<<20, fromSnapshot(id))
+		if i == 2 { // whatever its policy: a half volume is no data to keep
+			req.Parameters["onDelete"] = "retain"
+		}
+		_, err := ctl.CreateVolume(ctx, req)
+		switch status.Code(err) {
+		case codes.OK, codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
+			t.Fatalf("restore of a corrupt archive: %v; want a final error", err)
+		}
+		if _, serr := os.Lstat(filepath.Join(share, "pvc-doomed")); serr == nil {
+			t.Errorf("after %v: the half-filled directory is left", err)
+		}
+		records, _ := os.ReadDir(filepath.Join(share, ".nfsdir", "volumes"))
+		for _, r := range records {
+			t.Errorf("after %v: record %s is left", err, r.Name())
+		}
+	}
+}

@@ -42,6 +42,19 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
+// Final reports whether a container orchestrator takes an answer of this
+// kind as the end of the call rather than a reason to retry it
+// (csi-provisioner retries Aborted, Unavailable, DeadlineExceeded and
+// ResourceExhausted as in progress; anything else ends provisioning, and
+// it deletes no volume it was not given).
+func (k Kind) Final() bool {
+	switch k {
+	case Aborted, Unavailable, DeadlineExceeded, ResourceExhausted:
+		return false
+	}
+	return true
+}
+
 // Error is an error with a Kind. Its message is meant for the operator.
 type Error struct {
 	Kind Kind

@@ -713,6 +713,20 @@ func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 // "delete", the directory is renamed into the trash at once and purged later
 // by a Purger.
 func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
+	return a.deleteAs(id, "")
+}
+
+// DiscardFill removes a volume whose fill from a snapshot or volume never
+// completed, whatever its onDelete policy: nobody was ever given it, and a
+// half-filled directory left in place would pass for data. A complete
+// volume is FailedPrecondition: it is never discarded.
+func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
+	return a.deleteAs(id, params.Delete)
+}
+
+// deleteAs is Delete; with policy set, only an unfinished fill is deleted,
+// with that policy.
+func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) error {
 	root := a.root
 	// An update of the record (an expansion) may hold it aside: put it
 	// back, so that the record is found, and removed, here.
@@ -727,6 +741,12 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 		// Gone; an attempt interrupted while removing the record may have
 		// left it aside.
 		return settleAside(a.volumes, id.Key, id.Key+asideSuffix+id.Token, id.Token)
+	}
+	if policy != "" {
+		if !rec.Filling {
+			return fault.New(fault.FailedPrecondition, "volume %q is complete; only an unfinished fill is discarded", rec.Name)
+		}
+		rec.OnDelete = policy
 	}
 	st, err := FreshLstat(root, rec.SubDir)
 	exists := err == nil

@@ -591,3 +591,23 @@ func TestUnadoptRemovesOnlyItsAdoption(t *testing.T) {
 		t.Errorf("adopting again after Unadopt: %v", err)
 	}
 }
+
+func TestDiscardFillNeverTakesACompleteVolume(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	rec, err := a.Create(ctx, req("done", "done", params.Retain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "done", "data"), []byte("x"), 0o644)
+	id := volumeid.ID{Key: rec.Key(), Token: rec.Token}
+	if err := a.DiscardFill(ctx, id); !fault.Is(err, fault.FailedPrecondition) {
+		t.Errorf("DiscardFill of a complete volume = %v, want FailedPrecondition", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "done", "data")); err != nil || string(b) != "x" {
+		t.Errorf("data: %q, %v", b, err)
+	}
+	if got, _ := a.Lookup(id); got == nil {
+		t.Error("record gone")
+	}
+}
