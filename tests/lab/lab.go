@@ -46,6 +46,11 @@ func SquashExport() string { return env("NFSDIR_LAB_SQUASH_EXPORT", "/export-squ
 // guest), where NFSv4.2 CLONE shares blocks.
 func XFSExport() string { return env("NFSDIR_LAB_XFS_EXPORT", "/export-xfs") }
 
+// QuotaExport is an export on XFS mounted with prjquota (a 512 MiB image on
+// a loop device): project quotas set on its directories are enforced by
+// the server.
+func QuotaExport() string { return env("NFSDIR_LAB_QUOTA_EXPORT", "/export-quota") }
+
 func env(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
