@@ -38,12 +38,12 @@ func helm(t *testing.T) string {
 
 // valueSets are the configurations every check runs on.
 var valueSets = map[string][]string{
-	"default":      nil,
-	"snapshots":    {"feature.enableSnapshotter=true", "feature.enableResizer=false", "volumeSnapshotClasses[0].name=nfsdir", "volumeSnapshotClasses[0].default=true", "volumeSnapshotClasses[1].name=nfsdir-retain", "volumeSnapshotClasses[1].deletionPolicy=Retain"},
-	"inline":       {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
-	"kubeletdir":   {"kubeletDir=/var/lib/k0s/kubelet/"},
+	"default":    nil,
+	"snapshots":  {"feature.enableSnapshotter=true", "feature.enableResizer=false", "volumeSnapshotClasses[0].name=nfsdir", "volumeSnapshotClasses[0].default=true", "volumeSnapshotClasses[1].name=nfsdir-retain", "volumeSnapshotClasses[1].deletionPolicy=Retain"},
+	"inline":     {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
+	"kubeletdir": {"kubeletDir=/var/lib/k0s/kubelet/"},
 	// Drop-in for csi-driver-nfs: nfsdir under its driver name.
-	"dropin": {"driver.name=nfs.csi.k8s.io"},
+	"dropin":       {"driver.name=nfs.csi.k8s.io"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
 	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true"},
 }
