@@ -32,7 +32,7 @@ import (
 
 func main() {
 	if len(os.Args) > 1 {
-		sub := map[string]func([]string, io.Writer) error{"adopt": runAdopt, "migrate": runMigrate}[os.Args[1]]
+		sub := map[string]func([]string, io.Writer) error{"adopt": runAdopt, "migrate": runMigrate, "quota-agent": runQuotaAgent}[os.Args[1]]
 		if sub != nil {
 			if err := sub(os.Args[2:], os.Stdout); err != nil {
 				fmt.Fprintf(os.Stderr, "nfsdir %s: %v\n", os.Args[1], err)

@@ -4,34 +4,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/grpcstatus"
 )
 
-var codeOf = map[fault.Kind]codes.Code{
-	fault.Internal:           codes.Internal,
-	fault.InvalidArgument:    codes.InvalidArgument,
-	fault.NotFound:           codes.NotFound,
-	fault.AlreadyExists:      codes.AlreadyExists,
-	fault.FailedPrecondition: codes.FailedPrecondition,
-	fault.PermissionDenied:   codes.PermissionDenied,
-	fault.Aborted:            codes.Aborted,
-	fault.Unavailable:        codes.Unavailable,
-	fault.DeadlineExceeded:   codes.DeadlineExceeded,
-	fault.OutOfRange:         codes.OutOfRange,
-	fault.ResourceExhausted:  codes.ResourceExhausted,
-	fault.Unimplemented:      codes.Unimplemented,
-}
-
 // toStatus maps a domain error to a gRPC status error; nil stays nil.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Error(codeOf[fault.KindOf(err)], err.Error())
-}
+func toStatus(err error) error { return grpcstatus.Of(err) }
 
 // invalid returns an InvalidArgument status.
 func invalid(format string, args ...any) error {

@@ -1161,3 +1161,43 @@ func (a *Area) AdoptedAs(legacyID, subDir string) (*Record, error) {
 	}
 	return rec, nil
 }
+
+// OpenVolumeDir opens, without following any symlink, the directory of
+// the exclusive volume whose directory is subDir and whose creation token
+// is token, and returns it with its record: only a directory nfsdir
+// recorded (made or adopted), still the one it sealed (same inode), is
+// given. The quota agent acts on nothing else. A missing or other record
+// is NotFound; a shared volume, an unsealed or replaced directory is
+// FailedPrecondition.
+func (a *Area) OpenVolumeDir(subDir, token string) (*os.File, *Record, error) {
+	if err := safepath.CheckVolumePath(subDir); err != nil {
+		return nil, nil, fault.New(fault.InvalidArgument, "subDir %v", err)
+	}
+	rec, err := readRecord(a.volumes, volumeid.KeyForDir(subDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec == nil || rec.SubDir != subDir || rec.Token != token || rec.SharedDir {
+		return nil, nil, fault.New(fault.NotFound, "no nfsdir volume with directory %q and that token is recorded", subDir)
+	}
+	if rec.FileID == 0 {
+		return nil, nil, fault.New(fault.FailedPrecondition, "volume %q: its directory %q is not sealed yet", rec.Name, subDir)
+	}
+	rootDir, err := a.root.Open(".")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rootDir.Close()
+	fd, err := unix.Openat2(int(rootDir.Fd()), subDir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+	if err != nil {
+		return nil, nil, fault.Wrap(fault.FailedPrecondition, err, "volume %q: open %q without following symlinks", rec.Name, subDir)
+	}
+	f := os.NewFile(uintptr(fd), subDir)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Ino != rec.FileID {
+		f.Close()
+		return nil, nil, fault.New(fault.FailedPrecondition, "volume %q: %q is not the directory nfsdir recorded (inode %d, recorded %d)", rec.Name, subDir, st.Ino, rec.FileID)
+	}
+	return f, rec, nil
+}

@@ -118,10 +118,13 @@ func (fs *FS) SetLimits(id uint32, l Limits) error {
 	return fs.quotactl(qSetQuota, id, &q)
 }
 
-// Get returns what project id uses, and its limits.
+// Get returns what project id uses, and its limits: zero for a project
+// the file system has no record of (nothing ever used it).
 func (fs *FS) Get(id uint32) (Usage, error) {
 	var q dqblk
-	if err := fs.quotactl(qGetQuota, id, &q); err != nil {
+	if err := fs.quotactl(qGetQuota, id, &q); errors.Is(err, unix.ENOENT) {
+		return Usage{}, nil
+	} else if err != nil {
 		return Usage{}, err
 	}
 	return Usage{Bytes: q.curspace, Inodes: q.curinodes, Limits: Limits{Bytes: q.bhardlimit * blockSize, Inodes: q.ihardlimit}}, nil

@@ -1,17 +1,31 @@
 package e2e
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nfsdir/nfsdir/pkg/quota"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
@@ -153,4 +167,204 @@ func fill(path string, n int) (int, error) {
 		written += len(buf)
 	}
 	return written, f.Close()
+}
+
+// TestQuotaAgentOnRealXFS: `nfsdir quota-agent` in the lab guest, talking
+// mutual TLS on the loopback: it gives an nfsdir volume on the prjquota
+// export a project and its limit; a writer through NFS stops there and df
+// shows it; a higher limit lets the writer go on; a client certificate of
+// another CA, a share outside its roots, a wrong token, a directory nfsdir
+// did not record, a symlink and a recorded directory replaced by a symlink
+// are refused; a restart keeps every quota; the volume's DeleteVolume
+// (a rename into the trash, out of the project) works, and Clear after it
+// is a no-op; every change is in the audit log.
+func TestQuotaAgentOnRealXFS(t *testing.T) {
+	ctx := context.Background()
+	c := start(t, nil)
+	root := lab.QuotaExport()
+	pki := newPKI(t)
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
+		"--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--client-ca", pki.ca,
+		"--projects", "5000-5099", "--audit-log", audit}
+	agent := startAgent(t, agentArgs)
+	defer func() { agent.Process.Kill(); agent.Wait() }()
+	cl := dialAgent(t, pki.client, pki.ca)
+
+	v := c.Create(t, "pvc-quota-agent", params("share", root), lab.RWX())
+	id, err := volumeid.Parse(v.VolumeId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := quotaagent.Volume{Share: root, SubDir: v.VolumeContext["subDir"], Token: id.Token}
+	u, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 16 << 20, Inodes: 1000})
+	if err != nil || u.Project < 5000 || u.Project > 5099 || u.LimitBytes != 16<<20 {
+		t.Fatalf("Set = %+v, %v", u, err)
+	}
+	if again, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 16 << 20, Inodes: 1000}); err != nil || again.Project != u.Project {
+		t.Errorf("the same Set again = %+v, %v; want project %d", again, err, u.Project)
+	}
+	mnt := nfsMount(t, lab.Server()+":"+root, "vers=4.2")
+	written, werr := fill(filepath.Join(mnt, vol.SubDir, "big"), 32<<20)
+	if !errors.Is(werr, syscall.ENOSPC) || written > 16<<20 || written < 12<<20 {
+		t.Errorf("writer through NFS: %d bytes, then %v; want about 16 MiB, then ENOSPC", written, werr)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(nfsMount(t, lab.Server()+":"+filepath.Join(root, vol.SubDir), "vers=4.2"), &st); err != nil || st.Blocks*uint64(st.Bsize) != 16<<20 {
+		t.Errorf("df of the volume over NFS: %d bytes, %v; want 16 MiB", st.Blocks*uint64(st.Bsize), err)
+	}
+	if _, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 40 << 20, Inodes: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fill(filepath.Join(mnt, vol.SubDir, "more"), 8<<20); err != nil {
+		t.Errorf("after the expansion: %v after %d bytes", err, n)
+	}
+
+	// Refusals.
+	os.Mkdir(filepath.Join(root, "stray"), 0o755)
+	os.Symlink(vol.SubDir, filepath.Join(root, "link"))
+	replaced := c.Create(t, "pvc-quota-replaced", params("share", root), lab.RWX())
+	rid, _ := volumeid.Parse(replaced.VolumeId)
+	rsub := replaced.VolumeContext["subDir"]
+	os.Rename(filepath.Join(root, rsub), filepath.Join(root, "moved-away"))
+	os.Symlink(vol.SubDir, filepath.Join(root, rsub))
+	for _, tt := range []struct {
+		what string
+		v    quotaagent.Volume
+		code codes.Code
+	}{
+		{"a share outside the roots", quotaagent.Volume{Share: lab.Export(), SubDir: vol.SubDir, Token: vol.Token}, codes.PermissionDenied},
+		{"a wrong token", quotaagent.Volume{Share: root, SubDir: vol.SubDir, Token: "aaaaaaaa"}, codes.NotFound},
+		{"a directory nfsdir did not record", quotaagent.Volume{Share: root, SubDir: "stray", Token: vol.Token}, codes.NotFound},
+		{"a symlink", quotaagent.Volume{Share: root, SubDir: "link", Token: vol.Token}, codes.NotFound},
+		{"a recorded directory replaced by a symlink", quotaagent.Volume{Share: root, SubDir: rsub, Token: rid.Token}, codes.FailedPrecondition},
+		{"a path out of the root", quotaagent.Volume{Share: root, SubDir: "../etc", Token: vol.Token}, codes.InvalidArgument},
+	} {
+		if _, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: tt.v, Bytes: 1 << 20}); status.Code(err) != tt.code {
+			t.Errorf("%s: %v, want %s", tt.what, err, tt.code)
+		}
+	}
+	rogue := newPKI(t)
+	if err := dialAgentErr(rogue.client, pki.ca).Probe(ctx); err == nil {
+		t.Error("a client certificate of another CA was accepted")
+	}
+	if st, err := os.Stat(filepath.Join(root, "moved-away")); err != nil || !st.IsDir() {
+		t.Errorf("the moved-away directory: %v", err)
+	}
+
+	// A restart keeps every quota: they live in the file system.
+	agent.Process.Kill()
+	agent.Wait()
+	agent = startAgent(t, agentArgs)
+	if got, err := cl.Get(ctx, &vol); err != nil || got.Project != u.Project || got.LimitBytes != 40<<20 || got.Bytes < 16<<20 {
+		t.Errorf("after a restart: %+v, %v", got, err)
+	}
+	// Deleting the volume moves its directory out of the project.
+	c.Delete(t, v)
+	if err := cl.Clear(ctx, &vol); err != nil {
+		t.Errorf("Clear after the volume is gone: %v", err)
+	}
+	b, _ := os.ReadFile(audit)
+	if n := strings.Count(string(b), `"op":"set"`); n < 3+6 {
+		t.Errorf("audit log holds %d set lines, want every change and refusal:\n%s", n, b)
+	}
+	os.Remove(filepath.Join(root, rsub))
+	os.RemoveAll(filepath.Join(root, "moved-away"))
+	os.Remove(filepath.Join(root, "link"))
+	os.Remove(filepath.Join(root, "stray"))
+}
+
+type certFiles struct{ cert, key string }
+
+type labPKI struct {
+	ca             string
+	server, client certFiles
+}
+
+// newPKI makes a CA with a server certificate for 127.0.0.1 and a client
+// certificate.
+func newPKI(t *testing.T) labPKI {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lab quota CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	p := labPKI{ca: filepath.Join(dir, "ca.crt")}
+	writePEM(t, p.ca, "CERTIFICATE", caDER)
+	issue := func(name string, usage x509.ExtKeyUsage, ips ...net.IP) certFiles {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, _ := x509.MarshalPKCS8PrivateKey(key)
+		f := certFiles{cert: filepath.Join(dir, name+".crt"), key: filepath.Join(dir, name+".key")}
+		writePEM(t, f.cert, "CERTIFICATE", der)
+		writePEM(t, f.key, "PRIVATE KEY", kder)
+		return f
+	}
+	p.server = issue("agent", x509.ExtKeyUsageServerAuth, net.ParseIP("127.0.0.1"))
+	p.client = issue("nfsdir-controller", x509.ExtKeyUsageClientAuth)
+	return p
+}
+
+func writePEM(t *testing.T, path, kind string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAgent runs `nfsdir quota-agent` and waits until it listens.
+func startAgent(t *testing.T, args []string) *exec.Cmd {
+	t.Helper()
+	bin, err := exec.LookPath("nfsdir")
+	if err != nil {
+		t.Fatalf("the lab must carry the nfsdir binary: %v", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if conn, err := net.Dial("tcp", "127.0.0.1:29700"); err == nil {
+			conn.Close()
+			return cmd
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	t.Fatal("the quota agent does not listen")
+	return nil
+}
+
+func dialAgent(t *testing.T, f certFiles, ca string) *quotaagent.Client {
+	t.Helper()
+	cl := dialAgentErr(f, ca)
+	if err := cl.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	return cl
+}
+
+func dialAgentErr(f certFiles, ca string) *quotaagent.Client {
+	cfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: f.cert, Key: f.key, CA: ca}, "")
+	if err != nil {
+		panic(err)
+	}
+	cl, _, err := quotaagent.Dial("127.0.0.1:29700", cfg)
+	if err != nil {
+		panic(err)
+	}
+	return cl
 }

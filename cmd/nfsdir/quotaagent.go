@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+)
+
+// quotaAgentArgs are the arguments of `nfsdir quota-agent`.
+type quotaAgentArgs struct {
+	listen, auditLog, projects string
+	exports                    []string
+	tls                        quotaagent.Files
+}
+
+func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
+	var a quotaAgentArgs
+	fs := pflag.NewFlagSet("nfsdir quota-agent", pflag.ContinueOnError)
+	fs.StringVar(&a.listen, "listen", ":29700", "host:port to serve the quota API on (TCP, mutual TLS)")
+	fs.StringArrayVar(&a.exports, "export", nil, "an export root: share=directory, the share as NFS clients mount it and its local directory (repeatable; e.g. /srv/k8s=/srv/k8s, or /=/srv/nfs for an NFSv4 root)")
+	fs.StringVar(&a.tls.Cert, "tls-cert", "", "the agent's certificate (PEM; read again when it changes)")
+	fs.StringVar(&a.tls.Key, "tls-key", "", "its private key (PEM)")
+	fs.StringVar(&a.tls.CA, "client-ca", "", "the CA that signs the controller's client certificates (PEM)")
+	fs.StringVar(&a.projects, "projects", "100000-199999", "the project IDs the agent gives volumes, first-last; others are never touched")
+	fs.StringVar(&a.auditLog, "audit-log", "", "file to append one JSON line per change to (the log gets them too)")
+	if err := fs.Parse(args); err != nil {
+		return a, quotaagent.Config{}, err
+	}
+	var cfg quotaagent.Config
+	for _, e := range a.exports {
+		share, dir, ok := strings.Cut(e, "=")
+		if !ok || share == "" || dir == "" {
+			return a, cfg, fmt.Errorf("--export %q: want share=directory", e)
+		}
+		cfg.Exports = append(cfg.Exports, quotaagent.Export{Share: share, Dir: dir})
+	}
+	first, last, ok := strings.Cut(a.projects, "-")
+	f, err1 := strconv.ParseUint(first, 10, 32)
+	l, err2 := strconv.ParseUint(last, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return a, cfg, fmt.Errorf("--projects %q: want first-last", a.projects)
+	}
+	cfg.FirstProject, cfg.LastProject = uint32(f), uint32(l)
+	return a, cfg, nil
+}
+
+// runQuotaAgent serves the quota API on the NFS server host (README,
+// "Hard quotas").
+func runQuotaAgent(args []string, _ io.Writer) error {
+	a, cfg, err := parseQuotaAgent(args)
+	if err != nil {
+		return err
+	}
+	if a.auditLog != "" {
+		f, err := os.OpenFile(a.auditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cfg.Audit = f
+	}
+	agent, err := quotaagent.New(cfg)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := quotaagent.ServerTLS(a.tls)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", a.listen)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	klog.Infof("quota agent serving on %s for %d export roots, projects %s", l.Addr(), len(cfg.Exports), a.projects)
+	return quotaagent.Serve(ctx, l, agent, tlsCfg)
+}

@@ -1,0 +1,279 @@
+package quotaagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/grpcstatus"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/quota"
+)
+
+// Export is one export root the agent serves: the share as NFS clients
+// mount it (what StorageClasses name) and the local directory it is.
+type Export struct {
+	Share string
+	Dir   string
+}
+
+// Config is an agent's configuration.
+type Config struct {
+	Exports []Export
+	// Projects is the range of project IDs the agent gives volumes,
+	// inclusive; IDs outside it are never touched.
+	FirstProject, LastProject uint32
+	// Audit gets one JSON line per change (and per refusal).
+	Audit io.Writer
+}
+
+// Agent serves Service.
+type Agent struct {
+	cfg     Config
+	exports map[string]string // share -> local directory
+	mu      sync.Mutex        // one change at a time: project allocation
+	next    uint32
+	auditMu sync.Mutex
+}
+
+// New checks cfg (every export root is a directory on a file system with
+// project quotas) and returns the agent.
+func New(cfg Config) (*Agent, error) {
+	if len(cfg.Exports) == 0 {
+		return nil, fmt.Errorf("no export roots: give at least one --export share=directory")
+	}
+	if cfg.FirstProject == 0 || cfg.LastProject < cfg.FirstProject {
+		return nil, fmt.Errorf("project ID range %d-%d: want 0 < first <= last", cfg.FirstProject, cfg.LastProject)
+	}
+	a := &Agent{cfg: cfg, exports: map[string]string{}, next: cfg.FirstProject}
+	for _, e := range cfg.Exports {
+		share := path.Clean("/" + e.Share)
+		if !path.IsAbs(e.Dir) {
+			return nil, fmt.Errorf("export %s: directory %q is not absolute", share, e.Dir)
+		}
+		fs, err := quota.Open(e.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("export %s: %w", share, err)
+		}
+		fs.Close()
+		a.exports[share] = path.Clean(e.Dir)
+	}
+	return a, nil
+}
+
+// volume is one volume's directory, opened and proven nfsdir's.
+type volume struct {
+	dir *os.File
+	fs  *quota.FS
+	rec *provision.Record
+}
+
+func (v *volume) close() {
+	v.dir.Close()
+	v.fs.Close()
+}
+
+// open finds v's directory below its export root, by nfsdir's record, not
+// following any symlink.
+func (a *Agent) open(v *Volume) (*volume, error) {
+	local, ok := a.exports[path.Clean("/"+v.Share)]
+	if !ok {
+		return nil, fault.New(fault.PermissionDenied, "share %q is not one of this agent's export roots", v.Share)
+	}
+	root, err := os.OpenRoot(local)
+	if err != nil {
+		return nil, fault.Wrap(fault.Unavailable, err, "export root %s", local)
+	}
+	defer root.Close()
+	area, err := provision.OpenArea(root, false)
+	if errors.Is(err, provision.ErrNoArea) {
+		return nil, fault.New(fault.NotFound, "share %q holds no nfsdir volumes", v.Share)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer area.Close()
+	dir, rec, err := area.OpenVolumeDir(v.SubDir, v.Token)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := quota.Open(local)
+	if err != nil {
+		dir.Close()
+		return nil, fault.Wrap(fault.FailedPrecondition, err, "export root %s", local)
+	}
+	return &volume{dir, fs, rec}, nil
+}
+
+func (a *Agent) inRange(id uint32) bool { return id >= a.cfg.FirstProject && id <= a.cfg.LastProject }
+
+// project returns the volume's project, giving it a free one of the
+// agent's range the first time. A project is free when nothing uses it
+// and it has no limits: the file system, not a table of the agent's, is
+// the truth, so a restart or a lost state loses nothing.
+func (a *Agent) project(v *volume) (uint32, error) {
+	id, inherit, err := quota.Project(v.dir)
+	if err != nil {
+		return 0, err
+	}
+	if id != 0 {
+		if !a.inRange(id) {
+			return 0, fault.New(fault.FailedPrecondition, "directory %q has project %d, outside this agent's range %d-%d: set by someone else, left alone", v.rec.SubDir, id, a.cfg.FirstProject, a.cfg.LastProject)
+		}
+		if !inherit {
+			if err := quota.SetProject(v.dir, id); err != nil {
+				return 0, err
+			}
+		}
+		return id, nil
+	}
+	span := a.cfg.LastProject - a.cfg.FirstProject + 1
+	for i := uint32(0); i < span; i++ {
+		n := a.cfg.FirstProject + (a.next-a.cfg.FirstProject+i)%span
+		u, err := v.fs.Get(n)
+		if err != nil {
+			return 0, err
+		}
+		if u.Inodes != 0 || u.Bytes != 0 || u.Limits != (quota.Limits{}) {
+			continue
+		}
+		if err := quota.SetProject(v.dir, n); err != nil {
+			return 0, err
+		}
+		a.next = n + 1
+		return n, nil
+	}
+	return 0, fault.New(fault.ResourceExhausted, "every project ID of the range %d-%d is in use", a.cfg.FirstProject, a.cfg.LastProject)
+}
+
+// Set implements Service.
+func (a *Agent) Set(ctx context.Context, req *SetRequest) (*Usage, error) {
+	u, err := a.set(req)
+	a.audit(ctx, "set", &req.Volume, map[string]any{"bytes": req.Bytes, "inodes": req.Inodes}, u, err)
+	return u, grpcstatus.Of(err)
+}
+
+func (a *Agent) set(req *SetRequest) (*Usage, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v, err := a.open(&req.Volume)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	id, err := a.project(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.fs.SetLimits(id, quota.Limits{Bytes: req.Bytes, Inodes: req.Inodes}); err != nil {
+		return nil, err
+	}
+	return usage(v.fs, id)
+}
+
+// Clear implements Service.
+func (a *Agent) Clear(ctx context.Context, req *Volume) (*Empty, error) {
+	err := a.clear(req)
+	a.audit(ctx, "clear", req, nil, nil, err)
+	return &Empty{}, grpcstatus.Of(err)
+}
+
+func (a *Agent) clear(req *Volume) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v, err := a.open(req)
+	if fault.Is(err, fault.NotFound) {
+		return nil // the volume is gone: nothing of it to clear
+	}
+	if err != nil {
+		return err
+	}
+	defer v.close()
+	id, _, err := quota.Project(v.dir)
+	if err != nil || id == 0 {
+		return err
+	}
+	if !a.inRange(id) {
+		return fault.New(fault.FailedPrecondition, "directory %q has project %d, outside this agent's range: left alone", v.rec.SubDir, id)
+	}
+	if err := v.fs.SetLimits(id, quota.Limits{}); err != nil {
+		return err
+	}
+	return quota.ClearProject(v.dir)
+}
+
+// Get implements Service.
+func (a *Agent) Get(ctx context.Context, req *Volume) (*Usage, error) {
+	v, err := a.open(req)
+	if err != nil {
+		return nil, grpcstatus.Of(err)
+	}
+	defer v.close()
+	id, _, err := quota.Project(v.dir)
+	if err != nil {
+		return nil, grpcstatus.Of(err)
+	}
+	if id == 0 {
+		return &Usage{}, nil
+	}
+	u, err := usage(v.fs, id)
+	return u, grpcstatus.Of(err)
+}
+
+// Probe implements Service.
+func (a *Agent) Probe(context.Context, *Empty) (*Empty, error) { return &Empty{}, nil }
+
+func usage(fs *quota.FS, id uint32) (*Usage, error) {
+	u, err := fs.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	return &Usage{Project: id, Bytes: u.Bytes, Inodes: u.Inodes, LimitBytes: u.Limits.Bytes, LimitInodes: u.Limits.Inodes}, nil
+}
+
+// audit writes one line about a change: who asked (the client
+// certificate's subject), what, and how it ended.
+func (a *Agent) audit(ctx context.Context, op string, v *Volume, args map[string]any, u *Usage, err error) {
+	entry := map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "op": op,
+		"share": v.Share, "subDir": v.SubDir, "client": clientOf(ctx)}
+	for k, x := range args {
+		entry[k] = x
+	}
+	if u != nil {
+		entry["project"] = u.Project
+	}
+	if err != nil {
+		entry["error"] = err.Error()
+		entry["code"] = fault.KindOf(err).String()
+	}
+	b, _ := json.Marshal(entry)
+	klog.Infof("audit: %s", b)
+	if a.cfg.Audit != nil {
+		a.auditMu.Lock()
+		a.cfg.Audit.Write(append(b, '\n'))
+		a.auditMu.Unlock()
+	}
+}
+
+// clientOf names the caller by its verified certificate.
+func clientOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
+		return ti.State.VerifiedChains[0][0].Subject.String()
+	}
+	return p.Addr.String()
+}

@@ -1,0 +1,131 @@
+// Package quotaagent is nfsdir's quota agent: a small gRPC service, over
+// TCP with mutual TLS, that runs on the NFS server host and makes the
+// server enforce each volume's size with project quotas (pkg/quota). The
+// controller asks it to set, change and clear a volume's limits and to
+// report its usage; it never gives the controller a shell or any path of
+// its choosing: the agent acts only below the export roots it is
+// configured with, only on directories nfsdir recorded on the share (it
+// reads the records on its side), and only for a caller that shows the
+// volume's creation token.
+//
+// The messages are JSON (a gRPC codec of their own, "json"): no generated
+// code, and an audit trail an operator can read.
+package quotaagent
+
+import (
+	"context"
+	"encoding/json"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+)
+
+// Volume names one volume directory: the share as clients mount it, the
+// directory below it, and the creation token from its volume ID.
+type Volume struct {
+	Share  string `json:"share"`
+	SubDir string `json:"subDir"`
+	Token  string `json:"token"`
+}
+
+// SetRequest sets a volume's hard limits (0: none).
+type SetRequest struct {
+	Volume
+	Bytes  uint64 `json:"bytes"`
+	Inodes uint64 `json:"inodes"`
+}
+
+// Usage is what a volume's project uses, and its limits.
+type Usage struct {
+	Project     uint32 `json:"project"`
+	Bytes       uint64 `json:"bytes"`
+	Inodes      uint64 `json:"inodes"`
+	LimitBytes  uint64 `json:"limitBytes"`
+	LimitInodes uint64 `json:"limitInodes"`
+}
+
+// Empty is a message without fields.
+type Empty struct{}
+
+// ServiceName is the gRPC service the agent serves.
+const ServiceName = "nfsdir.quota.v1.Agent"
+
+// Service is what the agent does.
+type Service interface {
+	// Set gives the volume's directory a project of its own (once) and
+	// sets the project's limits; the same call again changes nothing.
+	Set(context.Context, *SetRequest) (*Usage, error)
+	// Clear removes the volume's limits and releases its project: the
+	// directory leaves it; files below keep counting until they are gone.
+	Clear(context.Context, *Volume) (*Empty, error)
+	// Get reports the volume's usage and limits.
+	Get(context.Context, *Volume) (*Usage, error)
+	// Probe answers when the agent can serve.
+	Probe(context.Context, *Empty) (*Empty, error)
+}
+
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+func (jsonCodec) Name() string                       { return "json" }
+
+func init() { encoding.RegisterCodec(jsonCodec{}) }
+
+func handler[Req any, Resp any](call func(Service, context.Context, *Req) (*Resp, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		req := new(Req)
+		if err := dec(req); err != nil {
+			return nil, err
+		}
+		return call(srv.(Service), ctx, req)
+	}
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: ServiceName,
+	HandlerType: (*Service)(nil),
+	Methods: []grpc.MethodDesc{
+		{MethodName: "Set", Handler: handler(Service.Set)},
+		{MethodName: "Clear", Handler: handler(Service.Clear)},
+		{MethodName: "Get", Handler: handler(Service.Get)},
+		{MethodName: "Probe", Handler: handler(Service.Probe)},
+	},
+}
+
+// Register serves s on g.
+func Register(g *grpc.Server, s Service) { g.RegisterService(&serviceDesc, s) }
+
+// Client calls an agent.
+type Client struct{ conn *grpc.ClientConn }
+
+// NewClient returns a Client over conn.
+func NewClient(conn *grpc.ClientConn) *Client { return &Client{conn} }
+
+func invoke[Resp any](ctx context.Context, c *Client, method string, req any) (*Resp, error) {
+	out := new(Resp)
+	err := c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, out, grpc.CallContentSubtype("json"))
+	return out, err
+}
+
+// Set calls the agent's Set.
+func (c *Client) Set(ctx context.Context, req *SetRequest) (*Usage, error) {
+	return invoke[Usage](ctx, c, "Set", req)
+}
+
+// Clear calls the agent's Clear.
+func (c *Client) Clear(ctx context.Context, v *Volume) error {
+	_, err := invoke[Empty](ctx, c, "Clear", v)
+	return err
+}
+
+// Get calls the agent's Get.
+func (c *Client) Get(ctx context.Context, v *Volume) (*Usage, error) {
+	return invoke[Usage](ctx, c, "Get", v)
+}
+
+// Probe calls the agent's Probe.
+func (c *Client) Probe(ctx context.Context) error {
+	_, err := invoke[Empty](ctx, c, "Probe", &Empty{})
+	return err
+}

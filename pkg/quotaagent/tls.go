@@ -1,0 +1,174 @@
+package quotaagent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// Files are the PEM files of one side of the mutual TLS: its certificate
+// and key, and the CA that signs the other side's certificates. They are
+// read again when they change (a renewed Secret, a rotated key): no
+// restart is needed.
+type Files struct {
+	Cert, Key, CA string
+}
+
+// recheck is how often the files are looked at, at most.
+const recheck = time.Second
+
+type keyPair struct {
+	cert *tls.Certificate
+	pool *x509.CertPool
+}
+
+// reloader holds the files' current contents.
+type reloader struct {
+	files   Files
+	mu      sync.Mutex
+	current keyPair
+	stamp   string
+	checked time.Time
+}
+
+func newReloader(f Files) (*reloader, error) {
+	if f.Cert == "" || f.Key == "" || f.CA == "" {
+		return nil, errors.New("mutual TLS needs a certificate, its key and a CA file")
+	}
+	r := &reloader{files: f}
+	if _, err := r.get(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *reloader) stampOf() string {
+	s := ""
+	for _, p := range []string{r.files.Cert, r.files.Key, r.files.CA} {
+		if st, err := os.Stat(p); err == nil {
+			s += fmt.Sprintf("%s:%d:%d;", p, st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return s
+}
+
+// get returns the current pair, reloading it when a file changed. A file
+// that cannot be read keeps the pair loaded before.
+func (r *reloader) get() (keyPair, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current.cert != nil && time.Since(r.checked) < recheck {
+		return r.current, nil
+	}
+	r.checked = time.Now()
+	stamp := r.stampOf()
+	if r.current.cert != nil && stamp == r.stamp {
+		return r.current, nil
+	}
+	cert, err := tls.LoadX509KeyPair(r.files.Cert, r.files.Key)
+	if err != nil {
+		return r.current, fmt.Errorf("load %s and %s: %w", r.files.Cert, r.files.Key, err)
+	}
+	ca, err := os.ReadFile(r.files.CA)
+	if err != nil {
+		return r.current, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return r.current, fmt.Errorf("%s holds no PEM certificate", r.files.CA)
+	}
+	r.current, r.stamp = keyPair{&cert, pool}, stamp
+	return r.current, nil
+}
+
+// ServerTLS is the agent's TLS: TLS 1.3, and a client certificate signed
+// by the CA is required.
+func ServerTLS(f Files) (*tls.Config, error) {
+	r, err := newReloader(f)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		kp, _ := r.get()
+		return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*kp.cert},
+			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: kp.pool}, nil
+	}}, nil
+}
+
+// ClientTLS is the controller's TLS towards an agent: its client
+// certificate, and the agent's certificate verified against the CA for
+// serverName (the endpoint's host when empty).
+func ClientTLS(f Files, serverName string) (*tls.Config, error) {
+	r, err := newReloader(f)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			kp, _ := r.get()
+			return kp.cert, nil
+		},
+		// The CA may be rotated too: the chain is verified here, against
+		// the CA as it is now, instead of a pool fixed at dial time.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			kp, _ := r.get()
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the agent showed no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			name := serverName
+			if name == "" {
+				name = cs.ServerName
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: kp.pool, Intermediates: inter, DNSName: name,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			return err
+		},
+	}, nil
+}
+
+// Serve serves agent on l with mutual TLS until ctx ends.
+func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) error {
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
+	Register(g, agent)
+	go func() {
+		<-ctx.Done()
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			g.Stop()
+		}
+	}()
+	return g.Serve(l)
+}
+
+// Dial returns a Client of the agent at endpoint (host:port).
+func Dial(endpoint string, cfg *tls.Config) (*Client, func() error, error) {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return nil, nil, fmt.Errorf("quota agent endpoint %q: %w", endpoint, err)
+	}
+	c := cfg.Clone()
+	c.ServerName = host
+	conn, err := grpc.NewClient("passthrough:///"+endpoint, grpc.WithTransportCredentials(credentials.NewTLS(c)))
+	if err != nil {
+		return nil, nil, err
+	}
+	return NewClient(conn), conn.Close, nil
+}
