@@ -74,6 +74,10 @@ type Config struct {
 	// ReadClaimMetadata lets the controller read claims' labels and
 	// annotations from the Kubernetes API for subDir templates.
 	ReadClaimMetadata bool
+	// QuotaCert, QuotaKey and QuotaCA are the controller's client
+	// certificate, its key and the agents' CA, for the quota agents
+	// StorageClasses name (quotaAgent); empty: none.
+	QuotaCert, QuotaKey, QuotaCA string
 	// CheckOnly asks main to validate the configuration and exit.
 	CheckOnly bool
 	// MetricsAddress is host:port for Prometheus /metrics; "" is off.

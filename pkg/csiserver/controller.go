@@ -18,6 +18,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/subdir"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -34,6 +35,48 @@ type Controller struct {
 	// claims reads the claim's labels and annotations for subDir
 	// templates that use them; nil when the operator did not enable it.
 	claims claimReader
+	// quotas reaches the quota agents StorageClasses name; nil when the
+	// controller has no client certificate for them.
+	quotas quotaSetter
+}
+
+// quotaSetter sets and clears volumes' limits through quota agents
+// (quotaagent.Pool).
+type quotaSetter interface {
+	Set(ctx context.Context, endpoint string, v quotaagent.Volume, bytes, inodes uint64) (*quotaagent.Usage, error)
+	Clear(ctx context.Context, endpoint string, v quotaagent.Volume) error
+}
+
+// setQuota has the volume's quota agent, if it has one, limit it to its
+// capacity.
+func (s *Controller) setQuota(ctx context.Context, e export.Export, rec *provision.Record) error {
+	if rec.QuotaAgent == "" {
+		return nil
+	}
+	if s.quotas == nil {
+		return noQuotaClient(rec.QuotaAgent)
+	}
+	u, err := s.quotas.Set(ctx, rec.QuotaAgent, quotaagent.Volume{Share: e.Share, SubDir: rec.SubDir, Token: rec.Token}, uint64(max(rec.CapacityBytes, 0)), 0)
+	if err != nil {
+		return err
+	}
+	klog.Infof("volume %q: quota %d bytes (project %d) set by %s", rec.Name, u.LimitBytes, u.Project, rec.QuotaAgent)
+	return nil
+}
+
+// clearQuota has the volume's quota agent, if it has one, clear its limit.
+func (s *Controller) clearQuota(ctx context.Context, e export.Export, rec *provision.Record) error {
+	if rec == nil || rec.QuotaAgent == "" {
+		return nil
+	}
+	if s.quotas == nil {
+		return noQuotaClient(rec.QuotaAgent)
+	}
+	return s.quotas.Clear(ctx, rec.QuotaAgent, quotaagent.Volume{Share: e.Share, SubDir: rec.SubDir, Token: rec.Token})
+}
+
+func noQuotaClient(agent string) error {
+	return fault.New(fault.FailedPrecondition, "the volume's quota agent is %s, and the controller has no client certificate for quota agents: start it with --quota-tls-cert, --quota-tls-key and --quota-ca (chart: quota.clientSecret)", agent)
 }
 
 // claimReader reads what subDir templates may use of a claim
@@ -93,8 +136,11 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
+	if cp.QuotaAgent != "" && s.quotas == nil {
+		return nil, toStatus(noQuotaClient(cp.QuotaAgent))
+	}
 	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
-		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String()}
+		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent}
 	mut, err := params.ParseMutable(req.GetMutableParameters())
 	if err != nil {
 		return nil, invalid("VolumeAttributesClass: %v", err)
@@ -124,6 +170,11 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	err = s.bounded(ctx, req.GetName(), func() error {
 		return s.shares.On(ctx, cp.Export, opts, true, func(a *provision.Area, share *shares.Share) (err error) {
 			if rec, err = a.Create(ctx, preq); err != nil {
+				return err
+			}
+			// The limit is in place before the volume is handed out
+			// (or filled): a retry sets it again.
+			if err := s.setQuota(ctx, cp.Export, rec); err != nil {
 				return err
 			}
 			if id, err = s.shares.VolumeID(cp.Export, rec, share.Options); err != nil || !rec.Filling {
@@ -181,6 +232,16 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	}
 	err = s.bounded(ctx, raw, func() error {
 		return s.shares.OnVolume(ctx, id, func(a *provision.Area, share *shares.Share) error {
+			// The quota goes first, while the agent can still find the
+			// directory by its record; a project left with limits
+			// would never be given again.
+			rec, err := a.Lookup(id)
+			if err != nil {
+				return err
+			}
+			if err := s.clearQuota(ctx, id.Export, rec); err != nil {
+				return err
+			}
 			if err := a.Delete(ctx, id); err != nil {
 				return err
 			}
@@ -274,6 +335,9 @@ func (s *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	rec, err := s.updateRecord(ctx, raw, id, func(a *provision.Area) (*provision.Record, error) { return a.Expand(id, capacity) })
 	if err != nil {
 		return nil, err
+	}
+	if err := s.setQuota(ctx, id.Export, rec); err != nil {
+		return nil, toStatus(err)
 	}
 	klog.Infof("volume %q: capacity %d bytes", rec.Name, rec.CapacityBytes)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: rec.CapacityBytes}, nil

@@ -2,6 +2,7 @@ package csiserver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
@@ -375,5 +377,83 @@ func TestLegacyIDsFollowTheirAdoption(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(exp, "pvc-b", "data")); err != nil || string(b) != "tenant" {
 		t.Errorf("retained data: %q, %v", b, err)
+	}
+}
+
+// fakeQuotas records what the controller asks of quota agents.
+type fakeQuotas struct {
+	calls []string
+	fail  error
+}
+
+func (f *fakeQuotas) Set(_ context.Context, endpoint string, v quotaagent.Volume, bytes, _ uint64) (*quotaagent.Usage, error) {
+	f.calls = append(f.calls, fmt.Sprintf("set %s %s %s %d", endpoint, v.Share, v.SubDir, bytes))
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return &quotaagent.Usage{Project: 7, LimitBytes: bytes}, nil
+}
+
+func (f *fakeQuotas) Clear(_ context.Context, endpoint string, v quotaagent.Volume) error {
+	f.calls = append(f.calls, fmt.Sprintf("clear %s %s %s", endpoint, v.Share, v.SubDir))
+	return f.fail
+}
+
+func TestQuotaAgentFollowsTheVolume(t *testing.T) {
+	q := &fakeQuotas{}
+	conn, m, _ := startFakeWith(t, nil, func(d *Driver) { d.controller.quotas = q })
+	ctl := csi.NewControllerClient(conn)
+	exp := m.ExportDir("nfs.example", "/export")
+	req := func(name string) *csi.CreateVolumeRequest {
+		return &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{rwx}, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
+			Parameters: map[string]string{"server": "nfs.example", "share": "/export", "quotaAgent": "agent.example:29700"}}
+	}
+	// The agent down: Unavailable, and the volume is not handed out.
+	q.fail = status.Error(codes.Unavailable, "connection refused")
+	if _, err := ctl.CreateVolume(ctx, req("pvc-q")); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("agent down: %v", err)
+	}
+	q.fail = nil
+	v, err := ctl.CreateVolume(ctx, req("pvc-q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.Volume.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 128 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent refuses the clear: the volume stays, with its data.
+	os.WriteFile(filepath.Join(exp, "pvc-q", "data"), []byte("x"), 0o644)
+	q.fail = status.Error(codes.Unavailable, "agent restarting")
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.Volume.VolumeId}); status.Code(err) != codes.Unavailable {
+		t.Errorf("delete with the agent down: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(exp, "pvc-q", "data")); err != nil {
+		t.Fatalf("the volume went although its quota was not cleared: %v", err)
+	}
+	q.fail = nil
+	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.Volume.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"set agent.example:29700 /export pvc-q 67108864", // refused
+		"set agent.example:29700 /export pvc-q 67108864",
+		"set agent.example:29700 /export pvc-q 134217728",
+		"clear agent.example:29700 /export pvc-q", // refused
+		"clear agent.example:29700 /export pvc-q",
+	}
+	if strings.Join(q.calls, "\n") != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(q.calls, "\n"), strings.Join(want, "\n"))
+	}
+	// No client certificate: refused before anything is made.
+	conn, m = startFake(t)
+	if _, err := csi.NewControllerClient(conn).CreateVolume(ctx, req("pvc-q2")); status.Code(err) != codes.FailedPrecondition || len(m.Actions()) != 0 {
+		t.Errorf("without a client certificate: %v, actions %v", err, m.Actions())
+	}
+	for _, bad := range []string{"agent.example", "agent.example:0", "-x:1", ":29700"} {
+		r := req("pvc-bad")
+		r.Parameters["quotaAgent"] = bad
+		if _, err := ctl.CreateVolume(ctx, r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("quotaAgent %q: %v", bad, err)
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/kubeapi"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/shares"
@@ -93,6 +94,13 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		})
 		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
+		if cfg.QuotaCert != "" || cfg.QuotaKey != "" || cfg.QuotaCA != "" {
+			pool, err := quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA})
+			if err != nil {
+				return nil, fmt.Errorf("quota agents' client certificate: %w", err)
+			}
+			d.controller.quotas = pool
+		}
 		if cfg.ReadClaimMetadata {
 			kube, err := kubeapi.InCluster("nfsdir-controller")
 			if err != nil {
@@ -210,6 +218,9 @@ func (d *Driver) release(stopBy time.Time) {
 	}
 	if d.shares == nil {
 		return
+	}
+	if p, ok := d.controller.quotas.(*quotaagent.Pool); ok {
+		p.Close()
 	}
 	// Purges stop between removals; one blocked in the kernel is left.
 	if !waitUntil(stopBy.Add(-unmountReserve), d.shares.StopPurges) {

@@ -8,6 +8,7 @@ package params
 import (
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -30,6 +31,7 @@ const (
 	KeyGID              = "gid"
 	KeyMountOptions     = "mountoptions"
 	KeyAllowShared      = "allowsharedsubdir"
+	KeyQuotaAgent       = "quotaagent"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -73,6 +75,9 @@ type Create struct {
 	// Only valid with onDelete retain: deleting one volume must not delete
 	// the others' data.
 	Shared bool
+	// QuotaAgent is the host:port of the quota agent that enforces the
+	// volume's size on the server (quotaAgent); "": none.
+	QuotaAgent string
 }
 
 // NeedsClaim reports whether the subDir template of StorageClass
@@ -93,7 +98,7 @@ func NeedsClaim(p map[string]string) bool {
 // annotations.
 func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	m, err := lower(p, KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyAllowShared, KeyPVCName, KeyPVCNamespace, KeyPVName)
+		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyPVCName, KeyPVCNamespace, KeyPVName)
 	if err != nil {
 		return Create{}, err
 	}
@@ -131,7 +136,31 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	if c.GID, err = parseID(m, KeyGID); err != nil {
 		return Create{}, err
 	}
+	if v, ok := m[KeyQuotaAgent]; ok {
+		if c.QuotaAgent, err = ParseEndpoint(v); err != nil {
+			return Create{}, fmt.Errorf("parameter \"quotaAgent\" %v", err)
+		}
+		if c.Shared {
+			return Create{}, fmt.Errorf("parameter \"quotaAgent\" cannot limit a shared directory (allowSharedSubDir): its volumes would share one limit")
+		}
+	}
 	return c, nil
+}
+
+// ParseEndpoint checks a host:port (a name, an IPv4 address or a
+// bracketed IPv6 address, and a port 1-65535) and returns it.
+func ParseEndpoint(v string) (string, error) {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || host == "" {
+		return "", fmt.Errorf("%q must be host:port", v)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("%q: port %q must be 1-65535", v, port)
+	}
+	if _, err := export.New(host, "/"); err != nil {
+		return "", fmt.Errorf("%q: host %v", v, err)
+	}
+	return v, nil
 }
 
 func parseID(m map[string]string, key string) (int, error) {
@@ -211,7 +240,7 @@ func lower(p map[string]string, known ...string) (map[string]string, error) {
 			if slices.ContainsFunc(kubernetesPrefixes, func(pre string) bool { return strings.HasPrefix(lk, pre) }) {
 				continue
 			}
-			return nil, fmt.Errorf("unknown parameter %q; known parameters: server, share, subDir, mountPermissions, onDelete, uid, gid, allowSharedSubDir", k)
+			return nil, fmt.Errorf("unknown parameter %q; known parameters: server, share, subDir, mountPermissions, onDelete, uid, gid, allowSharedSubDir, quotaAgent", k)
 		}
 		if _, dup := out[lk]; dup {
 			return nil, fmt.Errorf("parameter %q is given twice (keys are case-insensitive)", k)

@@ -52,6 +52,8 @@ type Request struct {
 	// LegacyID (Adopt only) is the csi-driver-nfs volume ID that keeps
 	// naming the adopted directory; its subDir must be SubDir.
 	LegacyID string
+	// QuotaAgent is the quota agent that enforces the volume's size.
+	QuotaAgent string
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -102,7 +104,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
-		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil}
+		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, QuotaAgent: req.QuotaAgent}
 	key := rec.Key()
 	if req.Source != nil {
 		// Checked before the record: a volume whose source is missing

@@ -57,6 +57,10 @@ type Record struct {
 	// csi-driver-nfs's name): DeleteVolume with exactly that ID follows
 	// this record. Empty: the volume is known by its nfsdir ID only.
 	LegacyID string `json:"legacyID,omitempty"`
+	// QuotaAgent is the host:port of the quota agent that enforces the
+	// volume's capacity on the server: expansion raises the limit there,
+	// and deletion clears it first. Empty: no quota.
+	QuotaAgent string `json:"quotaAgent,omitempty"`
 	// FileID is the volume directory's inode number (NFS fileid), recorded
 	// once the directory exists: a directory at SubDir with another FileID
 	// is not the one nfsdir created, and is never deleted or archived. 0:

@@ -15,9 +15,13 @@ package quotaagent
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/status"
 )
 
 // Volume names one volume directory: the share as clients mount it, the
@@ -102,9 +106,24 @@ type Client struct{ conn *grpc.ClientConn }
 // NewClient returns a Client over conn.
 func NewClient(conn *grpc.ClientConn) *Client { return &Client{conn} }
 
+// reconnectWait bounds how long a call waits for a failed connection to
+// come back before it is tried again.
+const reconnectWait = 2 * time.Second
+
+// invoke calls method. A connection that failed before (an agent
+// restarted) is not left to its back-off: the call tries to connect again
+// at once, once.
 func invoke[Resp any](ctx context.Context, c *Client, method string, req any) (*Resp, error) {
 	out := new(Resp)
 	err := c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, out, grpc.CallContentSubtype("json"))
+	if status.Code(err) == codes.Unavailable && c.conn.GetState() == connectivity.TransientFailure {
+		c.conn.ResetConnectBackoff()
+		wctx, cancel := context.WithTimeout(ctx, reconnectWait)
+		for s := c.conn.GetState(); s != connectivity.Ready && c.conn.WaitForStateChange(wctx, s); s = c.conn.GetState() {
+		}
+		cancel()
+		err = c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, out, grpc.CallContentSubtype("json"))
+	}
 	return out, err
 }
 

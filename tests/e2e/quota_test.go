@@ -19,10 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/quota"
 	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -367,4 +369,82 @@ func dialAgentErr(f certFiles, ca string) *quotaagent.Client {
 		panic(err)
 	}
 	return cl
+}
+
+// TestQuotaThroughTheController: a StorageClass naming the agent
+// (quotaAgent): CreateVolume has the agent limit the volume to its
+// capacity before answering; a writer on the published mount stops at the
+// claim's size and df on the mount shows it; ControllerExpandVolume raises
+// it; with the agent down, CreateVolume is Unavailable with the reason and
+// hands nothing out, and succeeds once it is back; DeleteVolume clears
+// the project.
+func TestQuotaThroughTheController(t *testing.T) {
+	ctx := context.Background()
+	pki := newPKI(t)
+	c := start(t, func(cfg *config.Config) {
+		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.client.cert, pki.client.key, pki.ca
+	})
+	root := lab.QuotaExport()
+	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
+		"--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--client-ca", pki.ca, "--projects", "6000-6099"}
+	agent := startAgent(t, agentArgs)
+	defer func() { agent.Process.Kill(); agent.Wait() }()
+	p := params("share", root, "quotaAgent", "127.0.0.1:29700")
+	create := func(name string, size int64) (*csi.Volume, error) {
+		resp, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), &csi.CreateVolumeRequest{Name: name, Parameters: p,
+			VolumeCapabilities: []*csi.VolumeCapability{lab.RWX()}, CapacityRange: &csi.CapacityRange{RequiredBytes: size}})
+		return resp.GetVolume(), err
+	}
+	began := time.Now()
+	v, err := create("pvc-quota-ctl", 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CreateVolume with the quota agent: %v", time.Since(began))
+	target := filepath.Join(t.TempDir(), "mnt")
+	c.Publish(t, v, target, lab.RWX("nfsvers=4.2"), false)
+	defer c.Unpublish(t, v, target)
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil || st.Blocks*uint64(st.Bsize) != 16<<20 {
+		t.Errorf("df on the published volume: %d bytes, %v; want the claim's 16 MiB", st.Blocks*uint64(st.Bsize), err)
+	}
+	written, werr := fill(filepath.Join(target, "big"), 32<<20)
+	if !errors.Is(werr, syscall.ENOSPC) || written > 16<<20 || written < 12<<20 {
+		t.Errorf("writer on the published volume: %d bytes, then %v; want about 16 MiB, then ENOSPC", written, werr)
+	}
+	if _, err := c.Controller.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.VolumeId,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 40 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fill(filepath.Join(target, "more"), 8<<20); err != nil {
+		t.Errorf("after ControllerExpandVolume: %v after %d bytes", err, n)
+	}
+	if err := unix.Statfs(target, &st); err != nil || st.Blocks*uint64(st.Bsize) != 40<<20 {
+		t.Errorf("df after the expansion: %d bytes, %v; want 40 MiB", st.Blocks*uint64(st.Bsize), err)
+	}
+
+	agent.Process.Kill()
+	agent.Wait()
+	if _, err := create("pvc-quota-down", 16<<20); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "127.0.0.1:29700") {
+		t.Errorf("CreateVolume with the agent down: %v; want Unavailable naming the agent", err)
+	}
+	agent = startAgent(t, agentArgs)
+	down, err := create("pvc-quota-down", 16<<20)
+	if err != nil {
+		t.Fatalf("CreateVolume retried once the agent is back: %v", err)
+	}
+	fs, err := quota.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	f, _ := os.Open(filepath.Join(root, v.VolumeContext["subDir"]))
+	project, _, _ := quota.Project(f)
+	f.Close()
+	c.Unpublish(t, v, target)
+	c.Delete(t, v)
+	c.Delete(t, down)
+	if u, err := fs.Get(project); err != nil || u.Limits != (quota.Limits{}) {
+		t.Errorf("project %d after DeleteVolume: %+v, %v; want no limits", project, u, err)
+	}
 }

@@ -1,0 +1,89 @@
+package quotaagent
+
+import (
+	"context"
+	"crypto/tls"
+	"sync"
+	"time"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/grpcstatus"
+)
+
+// CallTimeout bounds one call to an agent.
+const CallTimeout = 30 * time.Second
+
+// Pool is the controller's side: one client per agent endpoint, all with
+// the controller's client certificate.
+type Pool struct {
+	tls     *tls.Config
+	mu      sync.Mutex
+	clients map[string]*Client
+	closers []func() error
+}
+
+// NewPool returns a Pool that authenticates with files.
+func NewPool(files Files) (*Pool, error) {
+	cfg, err := ClientTLS(files, "")
+	if err != nil {
+		return nil, err
+	}
+	return &Pool{tls: cfg, clients: map[string]*Client{}}, nil
+}
+
+func (p *Pool) client(endpoint string) (*Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[endpoint]; ok {
+		return c, nil
+	}
+	c, closer, err := Dial(endpoint, p.tls)
+	if err != nil {
+		return nil, fault.Wrap(fault.InvalidArgument, err, "quota agent %s", endpoint)
+	}
+	p.clients[endpoint] = c
+	p.closers = append(p.closers, closer)
+	return c, nil
+}
+
+// wrap names the agent in its error and keeps the error's kind; an agent
+// that cannot be reached is Unavailable.
+func wrap(endpoint, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fault.Wrap(grpcstatus.Kind(err), err, "quota agent %s: %s", endpoint, what)
+}
+
+// Set sets the limits of volume v through the agent at endpoint.
+func (p *Pool) Set(ctx context.Context, endpoint string, v Volume, bytes, inodes uint64) (*Usage, error) {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	u, err := c.Set(ctx, &SetRequest{Volume: v, Bytes: bytes, Inodes: inodes})
+	return u, wrap(endpoint, "set the quota of "+v.SubDir, err)
+}
+
+// Clear clears the limits of volume v through the agent at endpoint.
+func (p *Pool) Clear(ctx context.Context, endpoint string, v Volume) error {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	return wrap(endpoint, "clear the quota of "+v.SubDir, c.Clear(ctx, &v))
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.closers {
+		c()
+	}
+	p.clients, p.closers = map[string]*Client{}, nil
+}
