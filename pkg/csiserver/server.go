@@ -24,9 +24,9 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/kubeapi"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
