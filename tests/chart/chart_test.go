@@ -44,7 +44,7 @@ var valueSets = map[string][]string{
 	"kubeletdir": {"kubeletDir=/var/lib/k0s/kubelet/"},
 	// Drop-in for csi-driver-nfs: nfsdir under its driver name.
 	"dropin":       {"driver.name=nfs.csi.k8s.io"},
-	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}"},
+	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}", "quota.clientSecret=nfsdir-quota-client"},
 	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true"},
 }
 
@@ -159,7 +159,8 @@ func TestLintStrict(t *testing.T) {
 
 func TestSchemaRejectsTyposAndWrongTypes(t *testing.T) {
 	for _, set := range []string{"driver.nmae=x", "controller.replicas=many", "logLevel=loud", "kubeletDir=relative",
-		"driver.defaultOnDelete=shred", "feature.enableSnapshots=true", "storageClasses[0].name=x"} {
+		"driver.defaultOnDelete=shred", "feature.enableSnapshots=true", "storageClasses[0].name=x",
+		"quota.clientSecret=Not_A_Name", "quota.secret=x"} {
 		out, err := exec.Command(helm(t), "template", "r", chartDir, "--set", set).CombinedOutput()
 		if err == nil {
 			t.Errorf("--set %s was accepted", set)
@@ -264,6 +265,12 @@ func TestInvariants(t *testing.T) {
 				t.Errorf("controller nfsdir container: %v", nfsdir.Args)
 			}
 			checkDriverArgs(t, bin, nfsdir)
+			quota := strings.Contains(values, "quota.clientSecret=nfsdir-quota-client")
+			mounted := slices.ContainsFunc(nfsdir.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "quota-client" && m.ReadOnly && m.SubPath == "" })
+			secret := slices.ContainsFunc(dep.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "nfsdir-quota-client" })
+			if hasArg(nfsdir, "--quota-tls-cert") != quota || hasArg(nfsdir, "--quota-ca") != quota || mounted != quota || secret != quota {
+				t.Errorf("quota client secret %v: args %v, mounted %v, volume %v", quota, nfsdir.Args, mounted, secret)
+			}
 			claimMeta := strings.Contains(values, "claimMetadata.enabled=true")
 			if hasArg(nfsdir, "--read-claim-metadata") != claimMeta || (claimMeta && !grants(r, "", "persistentvolumeclaims", "get")) {
 				t.Errorf("claim metadata %v: controller args %v", claimMeta, nfsdir.Args)
