@@ -101,8 +101,13 @@ func main() {
 	server, export := os.Getenv("NFSDIR_LAB_SERVER"), os.Getenv("NFSDIR_LAB_EXPORT")
 	ctx := context.Background()
 
+	pki, err := startQuotaAgent(ctx, work)
+	if err != nil {
+		die(err)
+	}
 	cfg := config.Default()
 	cfg.Mode, cfg.NodeID, cfg.Version = config.ModeAll, "bench", "bench"
+	cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
 	cfg.StateDir = filepath.Join(work, "state")
 	cfg.Endpoint = "unix://" + filepath.Join(work, "csi.sock")
 	cfg.PublishRoot = work
@@ -300,6 +305,7 @@ func main() {
 
 	copyRows(server, export, work)
 	reflinkRows(server, work)
+	b.quotaRows(server, 20)
 	b.usageRows(fill)
 	if sc != nil {
 		sc.after()

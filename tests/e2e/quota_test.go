@@ -2,14 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -184,14 +177,14 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	ctx := context.Background()
 	c := start(t, nil)
 	root := lab.QuotaExport()
-	pki := newPKI(t)
+	pki := lab.NewPKI(t)
 	audit := filepath.Join(t.TempDir(), "audit.log")
 	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
-		"--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--client-ca", pki.ca,
+		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA,
 		"--projects", "5000-5099", "--audit-log", audit}
 	agent := startAgent(t, agentArgs)
 	defer func() { agent.Process.Kill(); agent.Wait() }()
-	cl := dialAgent(t, pki.client, pki.ca)
+	cl := dialAgent(t, pki.Client, pki.CA)
 
 	v := c.Create(t, "pvc-quota-agent", params("share", root), lab.RWX())
 	id, err := volumeid.Parse(v.VolumeId)
@@ -246,8 +239,8 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 			t.Errorf("%s: %v, want %s", tt.what, err, tt.code)
 		}
 	}
-	rogue := newPKI(t)
-	if err := dialAgentErr(rogue.client, pki.ca).Probe(ctx); err == nil {
+	rogue := lab.NewPKI(t)
+	if err := dialAgentErr(rogue.Client, pki.CA).Probe(ctx); err == nil {
 		t.Error("a client certificate of another CA was accepted")
 	}
 	if st, err := os.Stat(filepath.Join(root, "moved-away")); err != nil || !st.IsDir() {
@@ -276,56 +269,6 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	os.Remove(filepath.Join(root, "stray"))
 }
 
-type certFiles struct{ cert, key string }
-
-type labPKI struct {
-	ca             string
-	server, client certFiles
-}
-
-// newPKI makes a CA with a server certificate for 127.0.0.1 and a client
-// certificate.
-func newPKI(t *testing.T) labPKI {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lab quota CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	p := labPKI{ca: filepath.Join(dir, "ca.crt")}
-	writePEM(t, p.ca, "CERTIFICATE", caDER)
-	issue := func(name string, usage x509.ExtKeyUsage, ips ...net.IP) certFiles {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, _ := x509.MarshalPKCS8PrivateKey(key)
-		f := certFiles{cert: filepath.Join(dir, name+".crt"), key: filepath.Join(dir, name+".key")}
-		writePEM(t, f.cert, "CERTIFICATE", der)
-		writePEM(t, f.key, "PRIVATE KEY", kder)
-		return f
-	}
-	p.server = issue("agent", x509.ExtKeyUsageServerAuth, net.ParseIP("127.0.0.1"))
-	p.client = issue("nfsdir-controller", x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // startAgent runs `nfsdir quota-agent` and waits until it listens.
 func startAgent(t *testing.T, args []string) *exec.Cmd {
 	t.Helper()
@@ -350,7 +293,7 @@ func startAgent(t *testing.T, args []string) *exec.Cmd {
 	return nil
 }
 
-func dialAgent(t *testing.T, f certFiles, ca string) *quotaagent.Client {
+func dialAgent(t *testing.T, f lab.CertFiles, ca string) *quotaagent.Client {
 	t.Helper()
 	cl := dialAgentErr(f, ca)
 	if err := cl.Probe(context.Background()); err != nil {
@@ -359,8 +302,8 @@ func dialAgent(t *testing.T, f certFiles, ca string) *quotaagent.Client {
 	return cl
 }
 
-func dialAgentErr(f certFiles, ca string) *quotaagent.Client {
-	cfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: f.cert, Key: f.key, CA: ca}, "")
+func dialAgentErr(f lab.CertFiles, ca string) *quotaagent.Client {
+	cfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: f.Cert, Key: f.Key, CA: ca}, "")
 	if err != nil {
 		panic(err)
 	}
@@ -380,13 +323,13 @@ func dialAgentErr(f certFiles, ca string) *quotaagent.Client {
 // the project.
 func TestQuotaThroughTheController(t *testing.T) {
 	ctx := context.Background()
-	pki := newPKI(t)
+	pki := lab.NewPKI(t)
 	c := start(t, func(cfg *config.Config) {
-		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.client.cert, pki.client.key, pki.ca
+		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
 	})
 	root := lab.QuotaExport()
 	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
-		"--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--client-ca", pki.ca, "--projects", "6000-6099"}
+		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--projects", "6000-6099"}
 	agent := startAgent(t, agentArgs)
 	defer func() { agent.Process.Kill(); agent.Wait() }()
 	p := params("share", root, "quotaAgent", "127.0.0.1:29700")

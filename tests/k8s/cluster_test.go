@@ -49,6 +49,7 @@ type cluster struct {
 	admin string            // admin kubeconfig
 	kube  *kubernetes.Clientset
 	dyn   *dynamic.DynamicClient // for objects from manifests
+	pki   *labPKI
 }
 
 func sh(t *testing.T, script string) {
@@ -82,6 +83,7 @@ func startCluster(t *testing.T) *cluster {
 	sh(t, "mkdir -p "+kubeletDir+" && mount -t tmpfs kubelet "+kubeletDir+" && mount --make-rshared "+kubeletDir)
 
 	pki := newPKI(t, c.dir)
+	c.pki = pki
 	// The API server's client certificate for the kubelet (logs, exec).
 	pki.issue(t, "kubelet-client", &x509.Certificate{Subject: pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})

@@ -2,6 +2,9 @@ package k8s
 
 import (
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 const (
@@ -43,8 +47,8 @@ func TestDriverOnKubernetes(t *testing.T) {
 		t.Skip("runs in the lab guest: make e2e")
 	}
 	c := startCluster(t)
-	c.startNFSServer()
-	c.installDriver()
+	c.startNFSServer(true)
+	c.installDriver("--set", "quota.clientSecret="+quotaClientSecret)
 	steps := []struct {
 		name string
 		run  func(*cluster)
@@ -61,6 +65,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"ClaimMetadataTemplates", (*cluster).claimMetadataTemplates},
 		{"MigrateFromNFSSubdir", (*cluster).migrateFromNFSSubdir},
 		{"DropInForCSIDriverNFS", (*cluster).dropInForCSIDriverNFS},
+		{"HardQuota", (*cluster).hardQuota},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
@@ -84,15 +89,73 @@ func (c *cluster) example(name string) string {
 }
 
 // startNFSServer serves serverDir from the NFS server pod and proves it
-// with a mount from the node.
-func (c *cluster) startNFSServer() {
+// with a mount from the node. With quota, an XFS file system with project
+// quotas is mounted at serverDir/quota (exported as share /quota) and the
+// pod runs the quota agent beside the server (setupQuota).
+func (c *cluster) startNFSServer(quota bool) {
 	sh(c.t, "mkdir -p "+serverDir+" && mount -t tmpfs -o size=1g,mode=0755 exports "+serverDir)
-	c.create(c.testdata("nfs-server.yaml"))
+	var pod corev1.Pod
+	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(c.testdata("nfs-server.yaml")), 4096).Decode(&pod); err != nil {
+		c.t.Fatal(err)
+	}
+	if quota {
+		c.setupQuota(&pod)
+	}
+	if _, err := c.kube.CoreV1().Pods("default").Create(context.Background(), &pod, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
 	c.podsReady("NFS server pod Ready", "default", "app=nfs-server", 1, 3*time.Minute)
 	sh(c.t, "mkdir -p /mnt/check && mount -t nfs -o vers=4.2 "+nodeIP+":/ /mnt/check && "+
 		"echo ok > /mnt/check/.served && umount /mnt/check && rm "+serverDir+"/.served")
 	c.stage("NFS server pod serves " + serverDir + " as " + nodeIP + ":/")
+	if quota {
+		sh(c.t, "mount -t nfs -o vers=4.2 "+nodeIP+":/quota /mnt/check && echo ok > /mnt/check/.served && umount /mnt/check && rm "+serverDir+"/quota/.served")
+		c.stage("and its XFS with project quotas as " + nodeIP + ":/quota, with the quota agent")
+	}
 }
+
+// The lab's quota setup: the agent's serving certificate and the
+// controller's client certificate, from the cluster's CA.
+const (
+	quotaClientSecret = "nfsdir-quota-client"
+	quotaAgentSecret  = "quota-agent-tls"
+	quotaAgentPort    = "29700"
+)
+
+// setupQuota mounts a 512 MiB XFS image (mkfs.xfs wants 300 MB at least) with prjquota at serverDir/quota,
+// stores the certificates in Secrets and adds the quota agent to the NFS
+// server pod: the same binary, serving share /quota on the node's
+// address, as an NFS server host's systemd unit would.
+func (c *cluster) setupQuota(pod *corev1.Pod) {
+	sh(c.t, "modprobe loop; modprobe xfs; truncate -s 512M /run/quota.img && dev=$(losetup -f) && "+
+		"{ [ -b $dev ] || mknod $dev b 7 ${dev#/dev/loop}; } && losetup $dev /run/quota.img && "+
+		"mkfs.xfs -q $dev && mkdir -p "+serverDir+"/quota && mount -t xfs -o prjquota $dev "+serverDir+"/quota")
+	ca, _ := os.ReadFile(filepath.Join(c.dir, "ca.crt"))
+	secret := func(ns, name, cn string, usage x509.ExtKeyUsage, ips ...net.IP) {
+		cert, key := c.pki.issue(c.t, name, &x509.Certificate{Subject: pkix.Name{CommonName: cn}, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips})
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{
+			"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert}),
+			"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
+			"ca.crt":  ca,
+		}}
+		if _, err := c.kube.CoreV1().Secrets(ns).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	secret("default", quotaAgentSecret, "quota-agent", x509.ExtKeyUsageServerAuth, net.ParseIP(nodeIP))
+	secret(driverNS, quotaClientSecret, "nfsdir-controller", x509.ExtKeyUsageClientAuth)
+	const image = "lab.local/nfsdir:lab" // the chart's nfsdir image in the lab
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+		Name: "quota-agent", Image: image, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/nfsdir", "quota-agent", "--listen=" + nodeIP + ":" + quotaAgentPort, "--export=/quota=/exports/quota",
+			"--tls-cert=/certs/tls.crt", "--tls-key=/certs/tls.key", "--client-ca=/certs/ca.crt", "--audit-log=/exports/quota-audit.log"},
+		SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)},
+		VolumeMounts:    []corev1.VolumeMount{{Name: "exports", MountPath: "/exports"}, {Name: "certs", MountPath: "/certs", ReadOnly: true}},
+	})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: quotaAgentSecret}}})
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // installDriver installs the chart with only the images overridden (and
 // any further helm arguments), and waits until the controller and the node
@@ -1035,4 +1098,69 @@ func (c *cluster) dropInForCSIDriverNFS() {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		c.t.Errorf("the adopted csi-driver-nfs directory after its claim's deletion (onDelete delete): %v", err)
 	}
+}
+
+// hardQuota: a class naming the quota agent in the NFS server pod; a
+// 64Mi claim: the pod's df shows 64 MiB and writing 65 MiB fails with "No
+// space left on device"; the agent's audit log shows the project it gave
+// the directory and its 64 MiB limit; after the claim is resized to 128Mi
+// the limit follows and the 65 MiB fit; deleting the claim clears the
+// project.
+func (c *cluster) hardQuota() {
+	ctx := context.Background()
+	c.create(c.testdata("quota.yaml"))
+	pv := c.boundPV("default", "limited")
+	sub := pv.Spec.CSI.VolumeAttributes["subDir"]
+	c.create(strings.NewReplacer("NAME", "quota-writer-1").Replace(c.testdata("quota-writer.yaml")))
+	c.podReaches("default", "quota-writer-1", corev1.PodFailed, 5*time.Minute)
+	c.logSays("quota-writer-1", "df 65536", "No space left on device")
+	audit := func(want string) {
+		c.t.Helper()
+		c.waitFor("the agent's audit log: "+want, 3*time.Minute, func() (bool, error) {
+			b, err := os.ReadFile(filepath.Join(serverDir, "quota-audit.log"))
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, `"subDir":"`+sub+`"`) && strings.Contains(line, want) && !strings.Contains(line, `"error"`) {
+					c.stage("audit: " + line)
+					return true, nil
+				}
+			}
+			return false, err
+		}, "kubelet")
+	}
+	audit(`"bytes":67108864`)
+	// Resize; the limit follows.
+	patch := []byte(`{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}`)
+	if _, err := c.kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "limited", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	audit(`"bytes":134217728`)
+	c.create(strings.NewReplacer("NAME", "quota-writer-2").Replace(c.testdata("quota-writer.yaml")))
+	c.podReaches("default", "quota-writer-2", corev1.PodSucceeded, 5*time.Minute)
+	c.logSays("quota-writer-2", "df 131072", "65+0 records out")
+	for _, p := range []string{"quota-writer-1", "quota-writer-2"} {
+		c.kube.CoreV1().Pods("default").Delete(ctx, p, metav1.DeleteOptions{})
+	}
+	if err := c.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "limited", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("the quota's PV deleted", 3*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1GetOptions)
+		return apierrors.IsNotFound(err), err
+	}, "kubelet")
+	audit(`"op":"clear"`)
+}
+
+// logSays waits until the log of pod's container "writer" holds every
+// one of want (a finished pod's log reaches the API a moment later).
+func (c *cluster) logSays(pod string, want ...string) {
+	c.t.Helper()
+	c.waitFor(pod+" says "+strings.Join(want, ", "), time.Minute, func() (bool, error) {
+		l := c.logsOf("default", pod, "writer")
+		for _, w := range want {
+			if !strings.Contains(l, w) {
+				return false, fmt.Errorf("log %q", l)
+			}
+		}
+		return true, nil
+	})
 }

@@ -61,7 +61,7 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	for name, from := range e2eImages {
 		c.ctr("-n", "k8s.io", "images", "tag", from, name)
 	}
-	c.startNFSServer()
+	c.startNFSServer(false)
 	// The directory the declared inline ephemeral volume mounts: nfsdir
 	// mounts an inline volume's directory, it never creates one.
 	sh(t, "mkdir -m 0777 "+filepath.Join(serverDir, inlineDir))

@@ -16,6 +16,13 @@ grep -q ' /proc/fs/nfsd ' /proc/mounts || mount -t nfsd nfsd /proc/fs/nfsd || di
 # fsid=0 makes the export the root of the NFSv4 namespace (clients mount
 # "server:/"), as in the volume-nfs image deploy/example uses.
 echo "$dir *(rw,sync,no_subtree_check,no_root_squash,insecure,fsid=0)" >/etc/exports
+# A file system mounted below it (the lab's XFS with project quotas) is an
+# export of its own, with its own fsid.
+n=10
+for m in $(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts); do
+  echo "$m *(rw,sync,no_subtree_check,no_root_squash,insecure,fsid=$n)" >>/etc/exports
+  n=$((n+1))
+done
 
 # The daemons' PIDs, empty until each is started: a SIGTERM may come first.
 rpcbind= mountd=
