@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"path"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 )
 
 const server = "192.0.2.10"
@@ -241,4 +243,38 @@ func must(p Plan, err error) Plan {
 		panic(err)
 	}
 	return p
+}
+
+// FuzzPlanStaysInsideTheShare: whatever a PV says (the incumbent's
+// objects are anyone's to write), an item the plan would act on names a
+// clean directory strictly below a known share, never its metadata area.
+func FuzzPlanStaysInsideTheShare(f *testing.F) {
+	f.Add(server, "/srv/team-data-pv", "pv", server+"#srv#pvc-1#pvc-1#delete")
+	f.Add(server, "/srv/../etc", "pv", server+"#srv#../..#x#delete")
+	f.Add(server, "/srv/.nfsdir/volumes", "pv", server+"#srv/.nfsdir#x#x#")
+	f.Add("192.0.2.10.", "/srv//a/./b", "p", "#srv#a#b#c")
+	f.Fuzz(func(t *testing.T, nfsServer, nfsPath, name, handle string) {
+		for _, from := range []string{FromNFSSubdir, FromCSIDriverNFS} {
+			in := Input{From: from, Driver: "nfsdir.csi.io", Classes: []storagev1.StorageClass{nfsdirClass("nfsdir.csi.io")}}
+			p, c := subdirPV(name, "ns", "claim")
+			p.Spec.NFS.Server, p.Spec.NFS.Path = nfsServer, nfsPath
+			q, d := csiPV(name+"-csi", handle, "ns", "other")
+			in.PVs, in.Claims = []corev1.PersistentVolume{p, q}, []corev1.PersistentVolumeClaim{c, d}
+			plan, err := MakePlan(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range plan.Items {
+				if it.Action != Keep && it.Action != Replace {
+					continue
+				}
+				if err := safepath.CheckVolumePath(it.SubDir); err != nil || it.Share.Export.Share != "/srv" {
+					t.Fatalf("%s plans %+v: %v", from, it, err)
+				}
+				if j := path.Join("/srv", it.SubDir); !strings.HasPrefix(j, "/srv/") || j == "/srv/.nfsdir" || strings.HasPrefix(j, "/srv/.nfsdir/") {
+					t.Fatalf("%s plans %s", from, j)
+				}
+			}
+		}
+	})
 }
