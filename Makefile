@@ -167,8 +167,10 @@ e2e-smoke: lab-image lab-images
 E2E_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
 E2E_RUN ?= TestDriverOnKubernetes
 # The cluster keeps both vCPUs busy: multi-threaded TCG brought the driver up in
-# 121 s instead of 178-316 s.
-E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=4096 NFSDIR_LAB_TCG=multi
+# 121 s instead of 178-316 s. 6 GiB: containerd keeps a copy of each
+# container's image below /tmp (a tmpfs of half the guest's memory), and
+# with a second release (DropInForCSIDriverNFS) 2 GiB ran out.
+E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=6144 NFSDIR_LAB_TCG=multi
 # e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
 define e2e-payload
 	for b in $(E2E_BINS) csi-provisioner csi-resizer csi-snapshotter snapshot-controller; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done

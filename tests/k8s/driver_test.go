@@ -1033,8 +1033,9 @@ func (c *cluster) dropInForCSIDriverNFS() {
 	ctx := context.Background()
 	const legacyDriver = "nfs.csi.k8s.io"
 	args := append([]string{"install", "dropin", filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS}, labImageValues()...)
+	// Only what the scenario uses: no snapshotter, no resizer.
 	args = append(args, "--set", "driver.name="+legacyDriver, "--set", "node.healthPort=29663", "--set", "node.metricsPort=29665",
-		"--set", "volumeSnapshotClasses[0].name=dropin-snapshots")
+		"--set", "feature.enableSnapshotter=false", "--set", "feature.enableResizer=false", "--set", "volumeSnapshotClasses=null")
 	if out := c.helm(args...); !strings.Contains(out, "STATUS: deployed") {
 		c.t.Fatalf("helm install of the drop-in release:\n%s", out)
 	}
