@@ -35,7 +35,8 @@ type Area struct {
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no
-// metadata area: nfsdir never created a volume there.
+// metadata area, or one without its records directory: nfsdir never
+// created a volume there.
 var ErrNoArea = errors.New("the share has no nfsdir metadata area")
 
 // metaDirs are the directories of the metadata area below MetaDir.
@@ -82,7 +83,16 @@ func OpenArea(root *os.Root, create bool) (_ *Area, err error) {
 	handles := []**os.Root{&a.volumes, &a.parents, &a.trash}
 	for i, name := range metaDirs {
 		full := path.Join(safepath.MetaDir, name)
-		if create {
+		if !create && i == 0 {
+			// No records directory: nfsdir recorded nothing here (an
+			// admin's file in .nfsdir, or a half-made area).
+			if _, err := meta.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+				return nil, ErrNoArea
+			}
+		}
+		// With records, the area is nfsdir's: a missing parents or trash
+		// directory is completed even without create.
+		if create || i > 0 {
 			if err := mkdirMeta(meta, name, full); err != nil {
 				return nil, err
 			}

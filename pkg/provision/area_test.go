@@ -84,3 +84,40 @@ func TestTrashIsReachedThroughItsHandle(t *testing.T) {
 		t.Errorf("volume not in the trash opened with the Area: %v", ents)
 	}
 }
+
+// TestAreaWithoutRecordsDirectory: a share whose .nfsdir has no records
+// directory (an admin's file there, a half-made area) has no volumes:
+// opened without create it is ErrNoArea, and nothing is created. An area
+// with records but no parents or trash directory is completed on open;
+// with create every missing directory is made.
+func TestAreaWithoutRecordsDirectory(t *testing.T) {
+	for _, missing := range metaDirs {
+		t.Run(missing, func(t *testing.T) {
+			dir, a := newShare(t)
+			a.Close()
+			os.RemoveAll(filepath.Join(dir, ".nfsdir", missing))
+			os.WriteFile(filepath.Join(dir, ".nfsdir/canary"), []byte("x"), 0o600)
+			root, err := os.OpenRoot(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer root.Close()
+			if missing == "volumes" {
+				if _, err := OpenArea(root, false); err != ErrNoArea {
+					t.Fatalf("open without create: %v, want ErrNoArea", err)
+				}
+				if _, err := os.Lstat(filepath.Join(dir, ".nfsdir", missing)); err == nil {
+					t.Fatalf("open without create made .nfsdir/%s", missing)
+				}
+			}
+			b, err := OpenArea(root, true)
+			if err != nil {
+				t.Fatalf("open with create: %v", err)
+			}
+			b.Close()
+			if st, err := os.Lstat(filepath.Join(dir, ".nfsdir", missing)); err != nil || !st.IsDir() {
+				t.Fatalf("create did not complete the area: %v", err)
+			}
+		})
+	}
+}
