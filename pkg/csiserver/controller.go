@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -21,6 +22,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/subdir"
+	"github.com/nfsdir/nfsdir/pkg/usage"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -45,6 +47,22 @@ type Controller struct {
 type quotaSetter interface {
 	Set(ctx context.Context, endpoint string, v quotaagent.Volume, bytes, inodes uint64) (*quotaagent.Usage, error)
 	Clear(ctx context.Context, endpoint string, v quotaagent.Volume) error
+}
+
+// agentUsage reads volumes' usage from their quota agents: the
+// accountant's source for the volumes whose size an agent enforces.
+type agentUsage struct{ pool *quotaagent.Pool }
+
+func (u agentUsage) Usage(ctx context.Context, endpoint, share, subDir, token string) (usage.Result, error) {
+	began := time.Now()
+	got, err := u.pool.Get(ctx, endpoint, quotaagent.Volume{Share: share, SubDir: subDir, Token: token})
+	if err != nil {
+		return usage.Result{}, err
+	}
+	if got.Project == 0 {
+		return usage.Result{}, fmt.Errorf("quota agent %s: %s has no project", endpoint, subDir)
+	}
+	return usage.Result{Bytes: int64(got.Bytes), Inodes: int64(got.Inodes), Took: time.Since(began)}, nil
 }
 
 // setQuota has the volume's quota agent, if it has one, limit it to its

@@ -64,8 +64,17 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
+		var pool *quotaagent.Pool
+		acct := shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}
+		if cfg.QuotaCert != "" || cfg.QuotaKey != "" || cfg.QuotaCA != "" {
+			var err error
+			if pool, err = quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA}); err != nil {
+				return nil, fmt.Errorf("quota agents' client certificate: %w", err)
+			}
+			acct.Server = agentUsage{pool}
+		}
 		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers,
-			Accounting: shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers},
+			Accounting: acct,
 			Copying:    shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}}, m)
 		if err != nil {
 			return nil, err
@@ -76,6 +85,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.metrics.Gauge("nfsdir_purge_stuck", "Deleted volumes whose last purge attempt left entries it cannot remove (see the log for their paths); retried with back-off.", func() float64 { return float64(set.Stats().PurgesStuck) })
 		d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(set.Stats().PurgedEntries) })
 		d.metrics.Counter("nfsdir_usage_counts_total", "Volumes whose usage was counted.", func() float64 { return float64(set.Accounting().Counts) })
+		d.metrics.Counter("nfsdir_usage_counts_from_quota_agent_total", "Volumes whose usage their quota agent reported (the server's own accounting), instead of a walk.", func() float64 { return float64(set.Accounting().FromServer) })
 		d.metrics.Counter("nfsdir_usage_count_failures_total", "Usage counts that failed (see the log).", func() float64 { return float64(set.Accounting().Failures) })
 		d.metrics.Counter("nfsdir_usage_counted_inodes_total", "Files and directories found by usage counts.", func() float64 { return float64(set.Accounting().Entries) })
 		d.metrics.GaugeByLabel("nfsdir_volumes_over_capacity", "Volumes whose last count found them using more than their capacity, by share.", "share", func() map[string]float64 { return set.Accounting().OverVolumes })
@@ -94,11 +104,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		})
 		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
-		if cfg.QuotaCert != "" || cfg.QuotaKey != "" || cfg.QuotaCA != "" {
-			pool, err := quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA})
-			if err != nil {
-				return nil, fmt.Errorf("quota agents' client certificate: %w", err)
-			}
+		if pool != nil {
 			d.controller.quotas = pool
 		}
 		if cfg.ReadClaimMetadata {

@@ -169,11 +169,16 @@ func (a *Area) Count(ctx context.Context, key string, w usage.Walker) (rec *Reco
 	if err != nil {
 		return rec, fig, false, fmt.Errorf("count %q: %w", rec.SubDir, err)
 	}
-	fig = capacity.Figure{Token: rec.Token, Bytes: res.Bytes, Inodes: res.Inodes, Counted: time.Now().UTC(), Took: res.Took}
-	if err := a.storeFigure(key, fig); err != nil {
-		return rec, fig, false, err
-	}
-	return rec, fig, true, nil
+	fig, err = a.StoreCount(key, rec, res)
+	return rec, fig, err == nil, err
+}
+
+// StoreCount stores res as the figure of rec, the record under key, as
+// counted now: by Count's walk, or by the server's own accounting (a
+// quota agent, which checks the directory is rec's itself).
+func (a *Area) StoreCount(key string, rec *Record, res usage.Result) (capacity.Figure, error) {
+	fig := capacity.Figure{Token: rec.Token, Bytes: res.Bytes, Inodes: res.Inodes, Counted: time.Now().UTC(), Took: res.Took}
+	return fig, a.storeFigure(key, fig)
 }
 
 // openVolumeDir opens rec's directory without following any symlink and

@@ -78,6 +78,19 @@ func (p *Pool) Clear(ctx context.Context, endpoint string, v Volume) error {
 	return wrap(endpoint, "clear the quota of "+v.SubDir, c.Clear(ctx, &v))
 }
 
+// Get returns what volume v's project uses, and its limits, through the
+// agent at endpoint.
+func (p *Pool) Get(ctx context.Context, endpoint string, v Volume) (*Usage, error) {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	u, err := c.Get(ctx, &v)
+	return u, wrap(endpoint, "read the usage of "+v.SubDir, err)
+}
+
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nfsdir/nfsdir/pkg/capacity"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/usage"
 )
@@ -22,6 +23,17 @@ type Accounting struct {
 	Rate float64
 	// Workers is how many volumes are counted at once.
 	Workers int
+	// Server, when set, reads the usage of volumes whose size a quota
+	// agent enforces from the server's own accounting (exact, and one
+	// call instead of a walk); nil walks every volume.
+	Server ServerUsage
+}
+
+// ServerUsage reads what a volume's directory uses from the NFS server's
+// own accounting: the quota agent at endpoint, for the directory subDir of
+// share with the volume's creation token.
+type ServerUsage interface {
+	Usage(ctx context.Context, endpoint, share, subDir, token string) (usage.Result, error)
 }
 
 // accountant counts, share by share, what every recorded volume uses and
@@ -36,6 +48,7 @@ type accountant struct {
 	sem    chan struct{}
 
 	counts, failures, entries atomic.Int64
+	server                    atomic.Int64 // counts the server's accounting answered
 
 	mu     sync.Mutex
 	ledger map[string]*ledger // by share
@@ -88,7 +101,7 @@ func (s *Set) account(ctx context.Context) {
 				s.wg.Add(1)
 				go func() {
 					defer s.wg.Done()
-					ac.pass(ctx, name, oa.area, l)
+					ac.pass(ctx, oa.share.Export.Share, name, oa.area, l)
 				}()
 			}
 		}
@@ -104,8 +117,9 @@ func (s *Set) account(ctx context.Context) {
 // a pass settles it: a removal in progress takes milliseconds.
 var settleAfter = time.Minute
 
-// pass counts the volumes of one share that are due.
-func (ac *accountant) pass(ctx context.Context, name string, a *provision.Area, l *ledger) {
+// pass counts the volumes of one share that are due (share: its path as
+// clients mount it; name: the export, for messages).
+func (ac *accountant) pass(ctx context.Context, share, name string, a *provision.Area, l *ledger) {
 	defer func() {
 		ac.mu.Lock()
 		l.running, l.lastPass = false, time.Now()
@@ -143,7 +157,7 @@ func (ac *accountant) pass(ctx context.Context, name string, a *provision.Area, 
 		go func() {
 			defer wg.Done()
 			defer func() { <-ac.sem }()
-			ac.count(ctx, name, a, l, key)
+			ac.count(ctx, share, name, a, l, key)
 		}()
 	}
 	wg.Wait()
@@ -171,9 +185,12 @@ func (ac *accountant) resume(a *provision.Area, key string) time.Time {
 	return fig.Counted.Add(ac.cfg.Every)
 }
 
-func (ac *accountant) count(ctx context.Context, name string, a *provision.Area, l *ledger, key string) {
+func (ac *accountant) count(ctx context.Context, share, name string, a *provision.Area, l *ledger, key string) {
 	start := time.Now()
-	rec, fig, counted, err := a.Count(ctx, key, ac.walker)
+	rec, fig, counted, err := ac.fromServer(ctx, share, name, a, key)
+	if !counted && err == nil {
+		rec, fig, counted, err = a.Count(ctx, key, ac.walker)
+	}
 	ac.mu.Lock()
 	defer ac.mu.Unlock()
 	l.due[key] = start.Add(ac.cfg.Every)
@@ -199,12 +216,13 @@ func (ac *accountant) count(ctx context.Context, name string, a *provision.Area,
 // AccountingStats are the accountant's figures for the metrics.
 type AccountingStats struct {
 	Counts, Failures, Entries int64
+	FromServer                int64              // counts answered by a quota agent
 	OverVolumes               map[string]float64 // by share
 	OverBytes                 map[string]float64 // by share
 }
 
 func (ac *accountant) stats() AccountingStats {
-	st := AccountingStats{Counts: ac.counts.Load(), Failures: ac.failures.Load(), Entries: ac.entries.Load(),
+	st := AccountingStats{Counts: ac.counts.Load(), Failures: ac.failures.Load(), Entries: ac.entries.Load(), FromServer: ac.server.Load(),
 		OverVolumes: map[string]float64{}, OverBytes: map[string]float64{}}
 	ac.mu.Lock()
 	defer ac.mu.Unlock()
@@ -217,4 +235,28 @@ func (ac *accountant) stats() AccountingStats {
 		st.OverBytes[name] = float64(b)
 	}
 	return st
+}
+
+// fromServer asks the quota agent of the volume under key what its
+// directory uses, and stores the figure; counted is false (nothing
+// stored, no error) when the volume has no agent or the agent cannot
+// answer, and then the walk counts it.
+func (ac *accountant) fromServer(ctx context.Context, share, name string, a *provision.Area, key string) (rec *provision.Record, fig capacity.Figure, counted bool, err error) {
+	if ac.cfg.Server == nil {
+		return nil, fig, false, nil
+	}
+	rec, err = a.Record(key)
+	if err != nil || rec == nil || rec.QuotaAgent == "" || rec.Shared || rec.FileID == 0 {
+		return rec, fig, false, err
+	}
+	res, err := ac.cfg.Server.Usage(ctx, rec.QuotaAgent, share, rec.SubDir, rec.Token)
+	if err != nil {
+		if ctx.Err() == nil {
+			klog.Warningf("usage of %q on %s from its quota agent: %v; counting it by a walk", rec.SubDir, name, err)
+		}
+		return rec, fig, false, nil
+	}
+	ac.server.Add(1)
+	fig, err = a.StoreCount(key, rec, res)
+	return rec, fig, err == nil, err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/csiserver"
+	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"golang.org/x/sys/unix"
 )
@@ -95,6 +96,12 @@ func StartDriver(t testing.TB, m nfsmount.Mounter, mutate func(*config.Config)) 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if cfg.MetricsAddress != "" { // served as cmd/nfsdir does, until Stop
+		if _, err := metrics.Serve(ctx, cfg.MetricsAddress, d.HTTPHandler()); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+	}
 	ld := &Driver{Endpoint: cfg.Endpoint, Socket: l.Addr().(*net.UnixAddr).Name, StateDir: cfg.StateDir, stop: cancel, done: make(chan error, 1)}
 	go func() { ld.done <- d.Serve(ctx, l) }()
 	t.Cleanup(ld.Stop)
