@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/capacity"
+	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
 	"github.com/nfsdir/nfsdir/pkg/usage"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -320,11 +321,13 @@ func (a *Area) dropFigure(key, token string) {
 // writable by no other, as an Area does (it cannot probe which user that
 // should be without writing).
 type View struct {
+	root                 *os.Root // the share root, the caller's
 	meta, volumes, usage *os.Root // usage nil: no figure counted yet
 }
 
 // OpenView opens the metadata area below root for reading; a share
-// without one is ErrNoArea.
+// without one is ErrNoArea. root stays the caller's and must outlive the
+// View.
 func OpenView(root *os.Root) (_ *View, err error) {
 	meta, err := openMetaDir(root, safepath.MetaDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -333,7 +336,7 @@ func OpenView(root *os.Root) (_ *View, err error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &View{meta: meta}
+	v := &View{root: root, meta: meta}
 	defer func() {
 		if err != nil {
 			v.Close()
@@ -435,4 +438,45 @@ func (a *Area) Health(rec *Record) ([]Problem, error) {
 		out = append(out, Problem{Reason: "OverCapacity", Message: capacity.Report(rec.CapacityBytes, fig, capacity.Space{}).Over})
 	}
 	return out, nil
+}
+
+// OpenVolumeDir opens, without following any symlink, the directory of
+// the exclusive volume whose directory is subDir and whose creation token
+// is token, and returns it with its record: only a directory nfsdir
+// recorded (made or adopted), still the one it sealed (same inode), is
+// given. The quota agent acts on nothing else. A missing or other record
+// is NotFound; a shared volume, an unsealed or replaced directory is
+// FailedPrecondition. It writes nothing to the share, so the agent
+// needs no right to.
+func (v *View) OpenVolumeDir(subDir, token string) (*os.File, *Record, error) {
+	if err := safepath.CheckVolumePath(subDir); err != nil {
+		return nil, nil, fault.New(fault.InvalidArgument, "subDir %v", err)
+	}
+	rec, err := readRecord(v.volumes, volumeid.KeyForDir(subDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec == nil || rec.SubDir != subDir || rec.Token != token || rec.SharedDir {
+		return nil, nil, fault.New(fault.NotFound, "no nfsdir volume with directory %q and that token is recorded", subDir)
+	}
+	if rec.FileID == 0 {
+		return nil, nil, fault.New(fault.FailedPrecondition, "volume %q: its directory %q is not sealed yet", rec.Name, subDir)
+	}
+	rootDir, err := v.root.Open(".")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rootDir.Close()
+	fd, err := unix.Openat2(int(rootDir.Fd()), subDir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+	if err != nil {
+		return nil, nil, fault.Wrap(fault.FailedPrecondition, err, "volume %q: open %q without following symlinks", rec.Name, subDir)
+	}
+	f := os.NewFile(uintptr(fd), subDir)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Ino != rec.FileID {
+		f.Close()
+		return nil, nil, fault.New(fault.FailedPrecondition, "volume %q: %q is not the directory nfsdir recorded (inode %d, recorded %d)", rec.Name, subDir, st.Ino, rec.FileID)
+	}
+	return f, rec, nil
 }

@@ -105,6 +105,8 @@ func (fs *FS) quotactl(cmd int, id uint32, q *dqblk) error {
 		return nil
 	case unix.ESRCH, unix.ENOSYS, unix.ENOTSUP, unix.EINVAL:
 		return fmt.Errorf("quotactl on %s: %w (%v)", fs.f.Name(), ErrNoProjectQuota, e)
+	case unix.EPERM:
+		return fmt.Errorf("quotactl on %s: %w (reading or setting another project's quota needs CAP_SYS_ADMIN)", fs.f.Name(), e)
 	}
 	return fmt.Errorf("quotactl on %s: %w", fs.f.Name(), e)
 }
@@ -167,6 +169,9 @@ func ClearProject(dir *os.File) error {
 
 func ioctlXattr(f *os.File, req uintptr, x *fsxattr) error {
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), req, uintptr(unsafe.Pointer(x)))
+	if e == unix.EPERM && req == fsIocFsSetXattr {
+		return fmt.Errorf("%s: fsxattr ioctl: %w (changing a project needs CAP_FOWNER, or owning the directory)", f.Name(), e)
+	}
 	if e != 0 {
 		return fmt.Errorf("%s: fsxattr ioctl: %w", f.Name(), e)
 	}

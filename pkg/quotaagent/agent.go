@@ -96,15 +96,20 @@ func (a *Agent) open(v *Volume) (*volume, error) {
 		return nil, fault.Wrap(fault.Unavailable, err, "export root %s", local)
 	}
 	defer root.Close()
-	area, err := provision.OpenArea(root, false)
+	// Read-only: the agent writes nothing on the share but project
+	// attributes and limits.
+	view, err := provision.OpenView(root)
 	if errors.Is(err, provision.ErrNoArea) {
 		return nil, fault.New(fault.NotFound, "share %q holds no nfsdir volumes", v.Share)
+	}
+	if errors.Is(err, os.ErrPermission) {
+		return nil, fault.New(fault.PermissionDenied, "the quota agent may not read nfsdir's records in %s/.nfsdir (closed to all but their owner): run it as root or with CAP_DAC_READ_SEARCH", local)
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer area.Close()
-	dir, rec, err := area.OpenVolumeDir(v.SubDir, v.Token)
+	defer view.Close()
+	dir, rec, err := view.OpenVolumeDir(v.SubDir, v.Token)
 	if err != nil {
 		return nil, err
 	}

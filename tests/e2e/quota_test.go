@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -184,7 +188,7 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA,
 		"--projects", "5000-5099", "--audit-log", audit}
 	agent := startAgent(t, agentArgs)
-	defer func() { agent.Process.Kill(); agent.Wait() }()
+	defer func() { agent.stop() }()
 	cl := dialAgent(t, pki.Client, pki.CA)
 
 	v := c.Create(t, "pvc-quota-agent", params("share", root), lab.RWX())
@@ -249,8 +253,7 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	}
 
 	// A restart keeps every quota: they live in the file system.
-	agent.Process.Kill()
-	agent.Wait()
+	agent.stop()
 	agent = startAgent(t, agentArgs)
 	if got, err := cl.Get(ctx, &vol); err != nil || got.Project != u.Project || got.LimitBytes != 40<<20 || got.Bytes < 16<<20 {
 		t.Errorf("after a restart: %+v, %v", got, err)
@@ -270,29 +273,77 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	os.Remove(filepath.Join(root, "stray"))
 }
 
-// startAgent runs `nfsdir quota-agent` and waits until it listens.
-func startAgent(t *testing.T, args []string) *exec.Cmd {
+// agentProc is a running quota agent.
+type agentProc struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once it exited and its output is read
+}
+
+// stop kills the agent and waits until it is gone (its port free).
+func (p *agentProc) stop() {
+	p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// startAgent runs `nfsdir quota-agent` as root and waits until it listens.
+func startAgent(t *testing.T, args []string) *agentProc {
+	return startAgentAs(t, args, nil)
+}
+
+// startAgentAs runs `nfsdir quota-agent` with attr (user, capabilities;
+// nil: as the test, root) and waits until it listens.
+func startAgentAs(t *testing.T, args []string, attr *syscall.SysProcAttr) *agentProc {
+	t.Helper()
+	p, out := tryAgent(t, args, attr)
+	if p == nil {
+		t.Fatalf("the quota agent does not listen: %s", out)
+	}
+	return p
+}
+
+// tryAgent runs the agent and returns it once it listens, or nil and what
+// it wrote if it exits (or does not listen within 10 s).
+func tryAgent(t *testing.T, args []string, attr *syscall.SysProcAttr) (*agentProc, string) {
 	t.Helper()
 	bin, err := exec.LookPath("nfsdir")
 	if err != nil {
 		t.Fatalf("the lab must carry the nfsdir binary: %v", err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	var out syncBuffer
+	p := &agentProc{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	p.cmd.Stderr = io.MultiWriter(os.Stderr, &out)
+	p.cmd.SysProcAttr = attr
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() { p.cmd.Wait(); close(p.exited) }()
 	for i := 0; i < 100; i++ {
 		if conn, err := net.Dial("tcp", "127.0.0.1:29700"); err == nil {
 			conn.Close()
-			return cmd
+			return p, ""
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-p.exited:
+			return nil, out.String()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	cmd.Process.Kill()
-	t.Fatal("the quota agent does not listen")
-	return nil
+	p.stop()
+	return nil, "not listening after 10 s: " + out.String()
 }
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
 
 func dialAgent(t *testing.T, f lab.CertFiles, ca string) *quotaagent.Client {
 	t.Helper()
@@ -334,7 +385,7 @@ func TestQuotaThroughTheController(t *testing.T) {
 	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--projects", "6000-6099"}
 	agent := startAgent(t, agentArgs)
-	defer func() { agent.Process.Kill(); agent.Wait() }()
+	defer func() { agent.stop() }()
 	p := params("share", root, "quotaAgent", "127.0.0.1:29700")
 	create := func(name string, size int64) (*csi.Volume, error) {
 		resp, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), &csi.CreateVolumeRequest{Name: name, Parameters: p,
@@ -393,8 +444,7 @@ func TestQuotaThroughTheController(t *testing.T) {
 		t.Errorf("/metrics: no count answered by the quota agent:\n%s", m)
 	}
 
-	agent.Process.Kill()
-	agent.Wait()
+	agent.stop()
 	if _, err := create("pvc-quota-down", 16<<20); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "127.0.0.1:29700") {
 		t.Errorf("CreateVolume with the agent down: %v; want Unavailable naming the agent", err)
 	}
@@ -408,5 +458,116 @@ func TestQuotaThroughTheController(t *testing.T) {
 	c.Delete(t, down)
 	if u, err := fsq.Get(project); err != nil || u.Limits != (quota.Limits{}) {
 		t.Errorf("project %d after DeleteVolume: %+v, %v; want no limits", project, u, err)
+	}
+}
+
+// TestQuotaAgentWithLeastPrivilege: the agent runs as an unprivileged
+// user (nobody) with only the capabilities the README's systemd unit
+// grants (CAP_SYS_ADMIN, CAP_FOWNER, CAP_DAC_READ_SEARCH), and does its
+// whole job: it reads nfsdir's closed records, gives a volume a project
+// and a limit a writer over NFS stops at, reports usage, and clears it.
+// Without any one of the three, Set is refused with the reason, and the
+// directory is left without a project or limit.
+func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
+	ctx := context.Background()
+	c := start(t, nil)
+	root := lab.QuotaExport()
+	pki := lab.NewPKI(t)
+	// The agent's own files, readable by it alone (as a systemd unit's
+	// would be): certificates and the audit log.
+	own, err := os.MkdirTemp("", "quota-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(own)
+	os.Chmod(own, 0o700)
+	os.Chown(own, 65534, 65534)
+	for _, f := range []string{pki.Server.Cert, pki.Server.Key, pki.CA} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(own, filepath.Base(f))
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(dst, 65534, 65534)
+	}
+	args := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
+		"--tls-cert", filepath.Join(own, filepath.Base(pki.Server.Cert)), "--tls-key", filepath.Join(own, filepath.Base(pki.Server.Key)),
+		"--client-ca", filepath.Join(own, filepath.Base(pki.CA)), "--projects", "7000-7099", "--audit-log", filepath.Join(own, "audit.log")}
+	const sysAdmin, fowner, dacReadSearch = unix.CAP_SYS_ADMIN, unix.CAP_FOWNER, unix.CAP_DAC_READ_SEARCH
+	as := func(caps ...uintptr) *syscall.SysProcAttr {
+		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}, AmbientCaps: caps}
+	}
+	v := c.Create(t, "pvc-quota-least", params("share", root), lab.RWX())
+	defer c.Delete(t, v)
+	id, _ := volumeid.Parse(v.VolumeId)
+	vol := quotaagent.Volume{Share: root, SubDir: v.VolumeContext["subDir"], Token: id.Token}
+	dir := filepath.Join(root, vol.SubDir)
+	untouched := func(what string) {
+		t.Helper()
+		f, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if p, _, err := quota.Project(f); err != nil || p != 0 {
+			t.Errorf("%s: the directory has project %d (%v); want none", what, p, err)
+		}
+	}
+	for _, tt := range []struct {
+		without string
+		caps    []uintptr
+	}{
+		{"CAP_SYS_ADMIN", []uintptr{fowner, dacReadSearch}},
+		{"CAP_FOWNER", []uintptr{sysAdmin, dacReadSearch}},
+		{"CAP_DAC_READ_SEARCH", []uintptr{sysAdmin, fowner}},
+	} {
+		agent, out := tryAgent(t, args, as(tt.caps...))
+		if agent == nil {
+			t.Logf("without %s the agent does not start: %s", tt.without, strings.TrimSpace(out))
+			if !strings.Contains(out, "not permitted") && !strings.Contains(out, "permission denied") {
+				t.Errorf("without %s: the agent exits without saying what it may not do: %q", tt.without, out)
+			}
+		} else {
+			_, err := dialAgent(t, pki.Client, pki.CA).Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 4 << 20})
+			agent.stop()
+			if err == nil {
+				t.Errorf("without %s: Set succeeded", tt.without)
+			} else {
+				t.Logf("without %s: Set refused: %v", tt.without, err)
+			}
+		}
+		untouched("without " + tt.without)
+	}
+
+	agent := startAgentAs(t, args, as(sysAdmin, fowner, dacReadSearch))
+	defer func() { agent.stop() }()
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(agent.cmd.Process.Pid) + "/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Uid:") || strings.HasPrefix(l, "CapEff:") {
+				t.Logf("agent %s", l)
+			}
+		}
+	}
+	cl := dialAgent(t, pki.Client, pki.CA)
+	u, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 4 << 20})
+	if err != nil || u.Project < 7000 || u.Project > 7099 || u.LimitBytes != 4<<20 {
+		t.Fatalf("Set with the three capabilities: %+v, %v", u, err)
+	}
+	mnt := nfsMount(t, lab.Server()+":"+root, "vers=4.2")
+	if n, err := fill(filepath.Join(mnt, vol.SubDir, "big"), 8<<20); !errors.Is(err, syscall.ENOSPC) || n > 4<<20 {
+		t.Errorf("writer through NFS: %d bytes, then %v; want at most 4 MiB, then ENOSPC", n, err)
+	}
+	if got, err := cl.Get(ctx, &vol); err != nil || got.Project != u.Project || got.Bytes < 2<<20 {
+		t.Errorf("Get: %+v, %v", got, err)
+	}
+	if err := cl.Clear(ctx, &vol); err != nil {
+		t.Fatalf("Clear: %v", err)
+	}
+	untouched("after Clear")
+	if b, err := os.ReadFile(filepath.Join(own, "audit.log")); err != nil || !strings.Contains(string(b), `"op":"clear"`) {
+		t.Errorf("audit log written as nobody: %q %v", b, err)
 	}
 }
