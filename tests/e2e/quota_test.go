@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,15 +33,30 @@ import (
 // TestProjectQuotaOnRealXFS: the server side of hard quotas (what the
 // quota agent does), on the lab's XFS export mounted with prjquota. A
 // directory gets a project with the inherit flag and a 16 MiB limit; a
-// writer through an NFSv4.2 mount of the export stops near 16 MiB with
-// ENOSPC (XFS's answer for a full project); statfs on an NFS mount of the
+// writer (uid 1000) through an NFSv4.2 mount of the export stops near
+// 16 MiB with ENOSPC (XFS's answer for a full project), and so does root; statfs on an NFS mount of the
 // directory shows the limit, as `df` in a pod would; raising the limit
 // lets the writer go on; the usage reported is the directory's; renaming
 // the directory out of its project's tree (what nfsdir's trash does)
 // works, and renaming a file into another project's directory is EXDEV.
 func TestProjectQuotaOnRealXFS(t *testing.T) {
 	lab.Require(t)
-	root := lab.QuotaExport()
+	projectQuotaOn(t, lab.QuotaExport(), syscall.ENOSPC, false)
+}
+
+// TestProjectQuotaOnRealExt4: the same on ext4 made with -O
+// quota,project, where a full project is EDQUOT, and where root's writes
+// (CAP_SYS_RESOURCE, which the server's NFS threads keep for root on a
+// no_root_squash export) pass over the limit.
+func TestProjectQuotaOnRealExt4(t *testing.T) {
+	lab.Require(t)
+	projectQuotaOn(t, lab.Ext4QuotaExport(), syscall.EDQUOT, true)
+}
+
+// projectQuotaOn runs the project quota checks on the export root, whose
+// file system answers a write past a full project with full, and lets
+// root's writes past the limit if rootPasses.
+func projectQuotaOn(t *testing.T, root string, full syscall.Errno, rootPasses bool) {
 	fs, err := quota.Open(root)
 	if err != nil {
 		t.Fatalf("the lab's quota export: %v", err)
@@ -52,6 +68,7 @@ func TestProjectQuotaOnRealXFS(t *testing.T) {
 		if err := os.Mkdir(d, 0o777); err != nil {
 			t.Fatal(err)
 		}
+		os.Chown(d, writer, writer)
 	}
 	defer os.RemoveAll(vol)
 	defer os.RemoveAll(other)
@@ -64,10 +81,10 @@ func TestProjectQuotaOnRealXFS(t *testing.T) {
 	defer fs.SetLimits(id, quota.Limits{})
 
 	mnt := nfsMount(t, lab.Server()+":"+root, "vers=4.2")
-	written, werr := fill(filepath.Join(mnt, "pvc-quota", "big"), 32<<20)
+	written, werr := fillAs(writer, filepath.Join(mnt, "pvc-quota", "big"), 32<<20)
 	t.Logf("wrote %d bytes before %v", written, werr)
-	if !errors.Is(werr, syscall.ENOSPC) && !errors.Is(werr, syscall.EDQUOT) {
-		t.Fatalf("writing past the project limit: %v after %d bytes, want ENOSPC (XFS) or EDQUOT", werr, written)
+	if !errors.Is(werr, full) {
+		t.Fatalf("writing past the project limit: %v after %d bytes, want %v", werr, written, full)
 	}
 	if written > 16<<20 || written < 12<<20 {
 		t.Errorf("the writer stopped after %d bytes; the limit is %d", written, 16<<20)
@@ -76,6 +93,16 @@ func TestProjectQuotaOnRealXFS(t *testing.T) {
 	if err != nil || u.Bytes > 16<<20 || u.Bytes < 12<<20 || u.Inodes != 2 || u.Limits.Bytes != 16<<20 {
 		t.Errorf("usage %+v, %v; want about 16 MiB in 2 inodes (the directory and the file)", u, err)
 	}
+	// Root on a no_root_squash export: XFS holds it to the limit too;
+	// ext4 lets it past (the pitfall the README names).
+	n, rerr := fill(filepath.Join(mnt, "pvc-quota", "root"), 1<<20)
+	if rootPasses && rerr != nil {
+		t.Errorf("root writing past the full project: %v after %d bytes; this file system was expected to let root past", rerr, n)
+	}
+	if !rootPasses && !errors.Is(rerr, full) {
+		t.Errorf("root writing past the full project: %v after %d bytes; want %v", rerr, n, full)
+	}
+	os.Remove(filepath.Join(vol, "root"))
 	// statfs inside the directory, over NFS: the project's figures.
 	sub := nfsMount(t, lab.Server()+":"+vol, "vers=4.2")
 	var st unix.Statfs_t
@@ -142,6 +169,34 @@ func nfsMount(t *testing.T, source, options string) string {
 	return dir
 }
 
+// writer is the unprivileged user tests write as, as a pod would: the
+// server's NFS threads keep CAP_SYS_RESOURCE for root's requests on a
+// no_root_squash export, and on ext4 (the VFS quota code) that capability
+// passes over hard limits.
+const writer = 1000
+
+// fillAs is fill with uid as the NFS credential (the file system uid of
+// this thread, which the NFS client sends); the path up to the file's
+// directory is looked up as root (a test's directories are root's).
+func fillAs(uid int, path string, n int) (int, error) {
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return 0, err
+	}
+	defer dir.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	unix.Setfsgid(uid)
+	defer unix.Setfsgid(0)
+	unix.Setfsuid(uid)
+	defer unix.Setfsuid(0)
+	fd, err := unix.Openat(int(dir.Fd()), filepath.Base(path), unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return fillFile(os.NewFile(uintptr(fd), path), n)
+}
+
 // fill writes up to n bytes to a new file, syncing every MiB so that the
 // server's answer comes back with the write, and returns how many bytes
 // were written before the first failure.
@@ -150,6 +205,11 @@ func fill(path string, n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return fillFile(f, n)
+}
+
+// fillFile writes up to n bytes to f, as fill does, and closes it.
+func fillFile(f *os.File, n int) (int, error) {
 	buf := make([]byte, 1<<20)
 	for i := range buf {
 		buf[i] = byte(i)
@@ -370,23 +430,38 @@ func dialAgentErr(f lab.CertFiles, ca string) *quotaagent.Client {
 // (quotaAgent): CreateVolume has the agent limit the volume to its
 // capacity before answering; a writer on the published mount stops at the
 // claim's size and df on the mount shows it; ControllerExpandVolume raises
-// it; with the agent down, CreateVolume is Unavailable with the reason and
-// hands nothing out, and succeeds once it is back; DeleteVolume clears
-// the project.
+// it; NodeGetVolumeStats reports the server's own figures for the
+// project; with the agent down, CreateVolume is Unavailable with the
+// reason and hands nothing out, and succeeds once it is back; DeleteVolume
+// clears the project. On XFS (ENOSPC when full) and ext4 (EDQUOT).
 func TestQuotaThroughTheController(t *testing.T) {
+	lab.Require(t)
+	for _, fs := range []struct {
+		name, root, metrics string
+		full                syscall.Errno
+	}{
+		{"xfs", lab.QuotaExport(), "127.0.0.1:29664", syscall.ENOSPC},
+		{"ext4", lab.Ext4QuotaExport(), "127.0.0.1:29665", syscall.EDQUOT},
+	} {
+		t.Run(fs.name, func(t *testing.T) { quotaThroughTheController(t, fs.root, fs.metrics, fs.full) })
+	}
+}
+
+// quotaThroughTheController runs TestQuotaThroughTheController on the
+// export root, whose file system answers a full project with full.
+func quotaThroughTheController(t *testing.T, root, metricsAddr string, full syscall.Errno) {
 	ctx := context.Background()
 	pki := lab.NewPKI(t)
 	c := start(t, func(cfg *config.Config) {
 		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
 		cfg.CountEvery, cfg.CountRate = time.Second, 0
-		cfg.MetricsAddress = "127.0.0.1:29664"
+		cfg.MetricsAddress = metricsAddr
 	})
-	root := lab.QuotaExport()
 	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--projects", "6000-6099"}
 	agent := startAgent(t, agentArgs)
 	defer func() { agent.stop() }()
-	p := params("share", root, "quotaAgent", "127.0.0.1:29700")
+	p := params("share", root, "quotaAgent", "127.0.0.1:29700", "uid", strconv.Itoa(writer), "gid", strconv.Itoa(writer))
 	create := func(name string, size int64) (*csi.Volume, error) {
 		resp, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), &csi.CreateVolumeRequest{Name: name, Parameters: p,
 			VolumeCapabilities: []*csi.VolumeCapability{lab.RWX()}, CapacityRange: &csi.CapacityRange{RequiredBytes: size}})
@@ -405,15 +480,15 @@ func TestQuotaThroughTheController(t *testing.T) {
 	if err := unix.Statfs(target, &st); err != nil || st.Blocks*uint64(st.Bsize) != 16<<20 {
 		t.Errorf("df on the published volume: %d bytes, %v; want the claim's 16 MiB", st.Blocks*uint64(st.Bsize), err)
 	}
-	written, werr := fill(filepath.Join(target, "big"), 32<<20)
-	if !errors.Is(werr, syscall.ENOSPC) || written > 16<<20 || written < 12<<20 {
-		t.Errorf("writer on the published volume: %d bytes, then %v; want about 16 MiB, then ENOSPC", written, werr)
+	written, werr := fillAs(writer, filepath.Join(target, "big"), 32<<20)
+	if !errors.Is(werr, full) || written > 16<<20 || written < 12<<20 {
+		t.Errorf("writer on the published volume: %d bytes, then %v; want about 16 MiB, then %v", written, werr, full)
 	}
 	if _, err := c.Controller.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.VolumeId,
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 40 << 20}}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := fill(filepath.Join(target, "more"), 8<<20); err != nil {
+	if n, err := fillAs(writer, filepath.Join(target, "more"), 8<<20); err != nil {
 		t.Errorf("after ControllerExpandVolume: %v after %d bytes", err, n)
 	}
 	if err := unix.Statfs(target, &st); err != nil || st.Blocks*uint64(st.Bsize) != 40<<20 {
@@ -440,7 +515,7 @@ func TestQuotaThroughTheController(t *testing.T) {
 		return used == int64(u.Bytes) && inodes == int64(u.Inodes) && total == 40<<20 && avail == 40<<20-used
 	})
 	t.Logf("NodeGetVolumeStats: used %d bytes, %d inodes: the server's figures for project %d", u.Bytes, u.Inodes, project)
-	if m := httpGet(t, "http://127.0.0.1:29664/metrics"); !regexp.MustCompile(`(?m)^nfsdir_usage_counts_from_quota_agent_total [1-9]`).MatchString(m) {
+	if m := httpGet(t, "http://"+metricsAddr+"/metrics"); !regexp.MustCompile(`(?m)^nfsdir_usage_counts_from_quota_agent_total [1-9]`).MatchString(m) {
 		t.Errorf("/metrics: no count answered by the quota agent:\n%s", m)
 	}
 

@@ -52,6 +52,10 @@ func XFSExport() string { return env("NFSDIR_LAB_XFS_EXPORT", "/export-xfs") }
 // the server.
 func QuotaExport() string { return env("NFSDIR_LAB_QUOTA_EXPORT", "/export-quota") }
 
+// Ext4QuotaExport is an export on ext4 made with project quotas (a 256 MiB
+// image on a loop device): a full project is EDQUOT there.
+func Ext4QuotaExport() string { return env("NFSDIR_LAB_EXT4_QUOTA_EXPORT", "/export-ext4quota") }
+
 func env(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v

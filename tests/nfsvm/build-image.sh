@@ -48,7 +48,7 @@ trap 'rm -rf "$work"' EXIT
 # taken from the host (same Debian release); the others are listed here.
 pkgs=("$kpkg" nfs-kernel-server nfs-common rpcbind mount
   libtirpc3 libevent-core-2.1-7 libnfsidmap1 libwrap0 libkeyutils1
-  xfsprogs libinih1 liburcu8)
+  xfsprogs libinih1 liburcu8 e2fsprogs libext2fs2 libcom-err2 libss2)
 mkdir -p "$work/root"
 fetch_debs "$work/debs" "$work/pkgroot" "${pkgs[@]}" || die "apt-get download failed"
 
@@ -65,7 +65,8 @@ done
 # NFS and mount user space, with the shared libraries they load.
 copy_with_libs "$src" "$root" sbin/rpcbind sbin/rpc.statd sbin/sm-notify sbin/mount.nfs sbin/showmount \
   usr/sbin/rpc.nfsd usr/sbin/rpc.mountd usr/sbin/exportfs usr/sbin/nfsdcld \
-  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount sbin/mkfs.xfs || die "collecting user space failed"
+  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount sbin/mkfs.xfs sbin/mke2fs || die "collecting user space failed"
+cp "$src/etc/mke2fs.conf" "$root/etc/mke2fs.conf" || die "e2fsprogs has no mke2fs.conf"
 for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$root/sbin/$link"; done
 
 # GNU cp, tar and gzip under /opt/gnu, for make bench's baselines (what
@@ -82,7 +83,7 @@ cp -a "$work/gnuroot/." "$root/"
 kmod=$src/lib/modules/$kver
 [ -d "$kmod" ] || die "kernel package has no modules for $kver"
 busybox depmod -b "$src" "$kver"
-want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk overlay bridge veth br_netfilter dummy xfs loop)
+want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk overlay bridge veth br_netfilter dummy xfs loop ext4 quota_v2)
 declare -A mods=()
 add_mod() {
   local name=$1 line path dep
