@@ -321,8 +321,11 @@ func (r runner) save(ctx context.Context, from string, it Item) (*corev1.Persist
 		return saved, err
 	}
 	pv, err := r.kube.PV(ctx, it.PV)
-	if err != nil || pv == nil {
-		return nil, fmt.Errorf("read PV %s: %v", it.PV, cmpOr(err, "it does not exist"))
+	if err != nil {
+		return nil, fmt.Errorf("read PV %s: %w", it.PV, err)
+	}
+	if pv == nil {
+		return nil, fmt.Errorf("read PV %s: it does not exist", it.PV)
 	}
 	keep := pv.DeepCopy()
 	keep.ManagedFields, keep.ResourceVersion, keep.Status = nil, "", corev1.PersistentVolumeStatus{}
@@ -430,11 +433,4 @@ func (r runner) waitBound(ctx context.Context, name string, saved *corev1.Persis
 	}
 	r.logf("%s: bound to claim %s/%s", name, ref.Namespace, ref.Name)
 	return nil
-}
-
-func cmpOr(err error, otherwise string) any {
-	if err != nil {
-		return err
-	}
-	return otherwise
 }

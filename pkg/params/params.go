@@ -6,6 +6,7 @@
 package params
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net"
@@ -36,6 +37,11 @@ const (
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
 )
+
+// spelling is how the documentation spells the keys whose lower case
+// differs.
+var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
+	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent"}
 
 // kubernetesPrefixes start the keys Kubernetes components add on their own:
 // csi.storage.k8s.io/ (kubelet's pod info and ephemeral flag, the
@@ -97,7 +103,7 @@ func NeedsClaim(p map[string]string) bool {
 // when the template needs them (NeedsClaim), the claim's labels and
 // annotations.
 func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
-	m, err := lower(p, KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
+	m, err := lower(p, "parameter", KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
 		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyPVCName, KeyPVCNamespace, KeyPVName)
 	if err != nil {
 		return Create{}, err
@@ -195,7 +201,7 @@ const KeyEphemeral = "csi.storage.k8s.io/ephemeral"
 // only to its controller (mountPermissions, onDelete, uid, gid) are accepted
 // and ignored; keys kubelet adds (csi.storage.k8s.io/...) too.
 func ParseVolume(attrs map[string]string) (Volume, error) {
-	m, err := lower(attrs, KeyServer, KeyShare, KeySubDir, KeyMountOptions,
+	m, err := lower(attrs, "volume attribute", KeyServer, KeyShare, KeySubDir, KeyMountOptions,
 		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID)
 	if err != nil {
 		return Volume{}, err
@@ -223,10 +229,14 @@ func ParseVolume(attrs map[string]string) (Volume, error) {
 // lower returns p with lower-case keys, failing on a key not in known
 // (keys of kubernetesPrefixes aside) and on keys given twice in
 // different case.
-func lower(p map[string]string, known ...string) (map[string]string, error) {
+func lower(p map[string]string, what string, known ...string) (map[string]string, error) {
 	ok := map[string]bool{}
+	var names []string // as operators spell them, for the message
 	for _, k := range known {
 		ok[k] = true
+		if !strings.Contains(k, "/") {
+			names = append(names, cmp.Or(spelling[k], k))
+		}
 	}
 	out := make(map[string]string, len(p))
 	keys := make([]string, 0, len(p))
@@ -240,10 +250,10 @@ func lower(p map[string]string, known ...string) (map[string]string, error) {
 			if slices.ContainsFunc(kubernetesPrefixes, func(pre string) bool { return strings.HasPrefix(lk, pre) }) {
 				continue
 			}
-			return nil, fmt.Errorf("unknown parameter %q; known parameters: server, share, subDir, mountPermissions, onDelete, uid, gid, allowSharedSubDir, quotaAgent", k)
+			return nil, fmt.Errorf("unknown %s %q; known: %s", what, k, strings.Join(names, ", "))
 		}
 		if _, dup := out[lk]; dup {
-			return nil, fmt.Errorf("parameter %q is given twice (keys are case-insensitive)", k)
+			return nil, fmt.Errorf("%s %q is given twice (keys are case-insensitive)", what, k)
 		}
 		out[lk] = p[k]
 	}

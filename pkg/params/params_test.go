@@ -172,3 +172,17 @@ func FuzzParseMutable(f *testing.F) {
 		}
 	})
 }
+
+// TestUnknownKeysListWhatTheCallerKnows: the message for an unknown key
+// lists the keys of that kind, spelled as documented: a StorageClass's
+// parameters include quotaAgent, volume attributes do not.
+func TestUnknownKeysListWhatTheCallerKnows(t *testing.T) {
+	_, err := ParseCreate(map[string]string{"server": "s", "share": "/x", "colour": "red"}, nil)
+	if err == nil || !strings.Contains(err.Error(), `unknown parameter "colour"`) || !strings.Contains(err.Error(), "quotaAgent") || !strings.Contains(err.Error(), "allowSharedSubDir") {
+		t.Errorf("ParseCreate: %v", err)
+	}
+	_, err = ParseVolume(map[string]string{"server": "s", "share": "/x", "colour": "red"})
+	if err == nil || !strings.Contains(err.Error(), `unknown volume attribute "colour"`) || strings.Contains(err.Error(), "quotaAgent") || !strings.Contains(err.Error(), "mountOptions") {
+		t.Errorf("ParseVolume: %v", err)
+	}
+}
