@@ -23,7 +23,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage
+.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
 
 all: build
 
@@ -34,7 +34,7 @@ build:
 ## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the
 ## container runtime smoke test of the end-to-end lab's images, the Kubernetes
 ## end-to-end scenarios (make e2e) and Kubernetes' own storage suite (make e2e-storage).
-test: check helm unit fuzz-short test-nfs e2e-smoke e2e e2e-storage
+test: check helm unit fuzz-short test-nfs e2e-smoke e2e e2e-multinode e2e-storage
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -122,12 +122,13 @@ k8s-e2e-bins:
 
 ## lab-images: container images for the end-to-end lab as docker-archive tarballs
 ## (no Docker engine, no registry): nfsdir (the static binary plus the runtime
-## contents the Dockerfile installs), pause, busybox, and the
+## contents the Dockerfile installs), pause, busybox (with the lab's lablock, for
+## the lock scenarios: Debian's busybox has no flock), and the
 ## node-driver-registrar and livenessprobe stand-ins.
 lab-images: lab-deps
 	mkdir -p bin/images bin/k8s-tools bin/lab
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	cd tests/k8s && for p in imagebuild pause registrar livenessprobe; do \
+	cd tests/k8s && for p in imagebuild pause registrar livenessprobe lablock; do \
 		$(GO) build -o $(CURDIR)/bin/k8s-tools/$$p ./images/$$p || exit 1; done
 	bin/k8s-tools/imagebuild -o bin/images/pause.tar -tag lab.local/pause:3.10 -entrypoint /pause -file bin/k8s-tools/pause:/pause
 	bin/k8s-tools/imagebuild -o bin/images/registrar.tar -tag lab.local/csi-node-driver-registrar:lab \
@@ -138,7 +139,8 @@ lab-images: lab-deps
 	bin/k8s-tools/imagebuild -o bin/images/nfsdir.tar -tag lab.local/nfsdir:lab -entrypoint /nfsdir \
 		-file bin/lab/nfsdir:/nfsdir -tree bin/images/nfsdir-rootfs:/
 	rm -rf bin/images/busybox-rootfs && mkdir -p bin/images/busybox-rootfs/bin && cp $$(command -v busybox) bin/images/busybox-rootfs/bin/busybox && \
-		for a in $$(busybox --list); do [ -e bin/images/busybox-rootfs/bin/$$a ] || ln -s busybox bin/images/busybox-rootfs/bin/$$a; done
+		for a in $$(busybox --list); do [ -e bin/images/busybox-rootfs/bin/$$a ] || ln -s busybox bin/images/busybox-rootfs/bin/$$a; done && \
+		cp bin/k8s-tools/lablock bin/images/busybox-rootfs/bin/lablock
 	bin/k8s-tools/imagebuild -o bin/images/busybox.tar -tag lab.local/busybox:lab -entrypoint /bin/sh -tree bin/images/busybox-rootfs:/
 	rm -rf bin/images/nfs-server-rootfs && tests/k8s/images/nfs-server/rootfs.sh bin/images/nfs-server-rootfs
 	bin/k8s-tools/imagebuild -o bin/images/nfs-server.tar -tag lab.local/nfs-server:lab -entrypoint /nfs-server \
@@ -191,6 +193,18 @@ e2e: lab-image $(HELM)
 	rm -f bin/e2e/images/agnhost.tar
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
+
+## e2e-multinode: a two-node cluster. The first lab guest runs the control plane, node
+## lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's
+## socket netdev over UDP on 127.0.0.1) runs lab-node-2 (containerd, kubelet); nfsdir
+## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run.
+E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTINODE=1 \
+	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
+e2e-multinode: lab-image $(HELM)
+	$(call e2e-payload,bin/e2e-multinode)
+	rm -f bin/e2e-multinode/images/agnhost.tar
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run 'TestDriverOnTwoNodes' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
 ## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,7 @@ type cluster struct {
 	kube  *kubernetes.Clientset
 	dyn   *dynamic.DynamicClient // for objects from manifests
 	pki   *labPKI
+	nodes []labNode // every node of the cluster; this guest's first
 }
 
 func sh(t *testing.T, script string) {
@@ -59,28 +61,75 @@ func sh(t *testing.T, script string) {
 	}
 }
 
-// startCluster brings the cluster up in the lab guest and returns once the
-// node is Ready and the default namespace has its service account.
-func startCluster(t *testing.T) *cluster {
+// labNode is one machine of the lab cluster: its node name, its address
+// and the pod addresses its CNI bridge hands out.
+type labNode struct{ name, ip, podRange string }
+
+var (
+	// soloNode is the one node of a single-node run.
+	soloNode = labNode{nodeName, nodeIP, podRange}
+	// In a two-node run (make e2e-multinode) the first guest keeps the
+	// control plane and its node; the second is a worker. They share
+	// 192.0.2.0/24 on their eth0 and split the pod range.
+	firstNode  = labNode{nodeName, nodeIP, "203.0.113.0/25"}
+	secondNode = labNode{"lab-node-2", "192.0.2.11", "203.0.113.128/25"}
+)
+
+// newCluster returns the cluster's local state in the guest.
+func newCluster(t *testing.T) *cluster {
 	// Not a t.TempDir: the kubelet leaves mounts below its directories, and
 	// the guest is thrown away after the run anyway.
 	c := &cluster{t: t, bin: "/work/bin", dir: "/var/lib/nfsdir-e2e", start: time.Now(), logs: map[string]string{}}
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// prepareNode readies this guest to be node n: modules, its address (on
+// a dummy interface alone; on eth0 with a route to the other node's pods
+// when there is one), cgroups, forwarding and the kubelet's directory.
+func (c *cluster) prepareNode(n labNode, other *labNode) {
+	t := c.t
 	// runc re-executes itself for the container init without our
 	// environment: its libseccomp must be where the loader looks.
 	if b, err := os.ReadFile(filepath.Join(c.bin, "lib", "libseccomp.so.2")); err == nil {
 		os.WriteFile("/lib/x86_64-linux-gnu/libseccomp.so.2", b, 0o644)
 	}
 	sh(t, "for m in overlay bridge veth br_netfilter dummy; do modprobe $m; done")
-	sh(t, "ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy; ip addr add "+nodeIP+"/24 dev dummy0 && "+
-		"ip addr add "+apiServiceIP+"/32 dev dummy0 && ip link set dummy0 up && ip route add default dev dummy0")
+	switch {
+	case other == nil:
+		sh(t, "ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy; ip addr add "+n.ip+"/24 dev dummy0 && "+
+			"ip addr add "+apiServiceIP+"/32 dev dummy0 && ip link set dummy0 up && ip route add default dev dummy0")
+	case n.ip == nodeIP: // the control plane's node owns the API's Service address
+		sh(t, "ip link set eth0 up && ip addr add "+n.ip+"/24 dev eth0 && ip route add "+other.podRange+" via "+other.ip+" && "+
+			"{ ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy; } && ip addr add "+apiServiceIP+"/32 dev dummy0 && ip link set dummy0 up && ip route add default dev dummy0")
+	default:
+		sh(t, "ip link set eth0 up && ip addr add "+n.ip+"/24 dev eth0 && ip route add "+other.podRange+" via "+other.ip+" && "+
+			"ip route add default via "+other.ip)
+	}
 	sh(t, "mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && echo '+cpuset +cpu +io +memory +pids' > /sys/fs/cgroup/cgroup.subtree_control")
 	sh(t, "echo 1 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables || true")
 	// The node plugin's mounts reach the kubelet and the workload pods
 	// through Bidirectional propagation, which needs a shared mount.
 	sh(t, "mkdir -p "+kubeletDir+" && mount -t tmpfs kubelet "+kubeletDir+" && mount --make-rshared "+kubeletDir)
+}
+
+// startCluster brings the single-node cluster up in the lab guest and
+// returns once the node is Ready and the default namespace has its
+// service account.
+func startCluster(t *testing.T) *cluster { return startClusterOn(t, soloNode, nil) }
+
+// startClusterOn brings the control plane and node n up in this guest; with
+// a worker, the worker's credentials are served to it (serveWorker) while
+// the control plane starts.
+func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
+	c := newCluster(t)
+	c.prepareNode(n, worker)
+	c.nodes = []labNode{n}
+	if worker != nil {
+		c.nodes = append(c.nodes, *worker)
+	}
 
 	pki := newPKI(t, c.dir)
 	c.pki = pki
@@ -103,6 +152,9 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	c.stage("certificates")
+	if worker != nil {
+		c.serveWorker(*worker)
+	}
 
 	p := func(n string) string { return filepath.Join(c.dir, n) }
 	c.run("etcd", nil, "--data-dir="+p("etcd"), "--listen-client-urls=http://127.0.0.1:2379",
@@ -127,8 +179,19 @@ func startCluster(t *testing.T) *cluster {
 		"--cluster-cidr="+podRange, "--service-cluster-ip-range="+serviceRange)
 	c.run("kube-scheduler", nil, "--kubeconfig="+sched, "--leader-elect=false")
 	c.startSnapshotController()
-	c.startContainerd()
+	c.startContainerd(n.podRange)
+	c.startKubelet(kubelet, n)
+	c.waitFor("default service account", 3*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1GetOptions)
+		return err == nil, err
+	}, "kube-controller-manager")
+	return c
+}
 
+// startKubelet runs the kubelet of node n with kubeconfig, and waits until
+// n is Ready when this guest can ask (it has the admin's client).
+func (c *cluster) startKubelet(kubeconfig string, n labNode) {
+	p := func(f string) string { return filepath.Join(c.dir, f) }
 	os.WriteFile(p("kubelet.yaml"), []byte(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -146,10 +209,17 @@ authorization: {mode: AlwaysAllow}
 clusterDNS: []
 resolvConf: ""
 `), 0o644)
-	c.run("kubelet", nil, "--kubeconfig="+kubelet, "--config="+p("kubelet.yaml"), "--node-ip="+nodeIP,
-		"--hostname-override="+nodeName, "--root-dir="+kubeletDir)
-	c.waitFor("node Ready", 6*time.Minute, func() (bool, error) {
-		n, err := c.kube.CoreV1().Nodes().Get(context.Background(), nodeName, metav1GetOptions)
+	c.run("kubelet", nil, "--kubeconfig="+kubeconfig, "--config="+p("kubelet.yaml"), "--node-ip="+n.ip,
+		"--hostname-override="+n.name, "--root-dir="+kubeletDir)
+	if c.kube != nil {
+		c.nodeReady(n.name, 6*time.Minute)
+	}
+}
+
+// nodeReady waits until the node's Ready condition is True.
+func (c *cluster) nodeReady(name string, limit time.Duration) {
+	c.waitFor("node "+name+" Ready", limit, func() (bool, error) {
+		n, err := c.kube.CoreV1().Nodes().Get(context.Background(), name, metav1GetOptions)
 		if err != nil {
 			return false, err
 		}
@@ -160,11 +230,6 @@ resolvConf: ""
 		}
 		return false, nil
 	}, "kubelet")
-	c.waitFor("default service account", 3*time.Minute, func() (bool, error) {
-		_, err := c.kube.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1GetOptions)
-		return err == nil, err
-	}, "kube-controller-manager")
-	return c
 }
 
 // startSnapshotController applies the VolumeSnapshot CRDs of the payload
@@ -189,11 +254,12 @@ func (c *cluster) startSnapshotController() {
 }
 
 // startContainerd starts containerd with the CRI plugin and the CNI bridge
-// and imports every image tarball of the payload.
-func (c *cluster) startContainerd() {
+// (handing out pods addresses of pods) and imports every image tarball of
+// the payload, or only those named (file names without .tar).
+func (c *cluster) startContainerd(pods string, only ...string) {
 	os.MkdirAll("/etc/cni/net.d", 0o755)
 	os.WriteFile("/etc/cni/net.d/10-lab.conflist", []byte(`{"cniVersion":"0.4.0","name":"lab","plugins":[
-  {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":"`+podRange+`"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
+  {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":"`+pods+`"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
   {"type":"portmap","capabilities":{"portMappings":true}}]}`), 0o644)
 	cfg := filepath.Join(c.dir, "containerd.toml")
 	os.WriteFile(cfg, []byte(`version = 2
@@ -217,6 +283,9 @@ state = "/run/containerd"
 	c.run("containerd", []string{"PATH=" + c.bin + ":" + os.Getenv("PATH")}, "--config", cfg)
 	c.waitFor("containerd", time.Minute, func() (bool, error) { return c.ctrCmd("version").Run() == nil, nil }, "containerd")
 	images, _ := filepath.Glob(filepath.Join(c.bin, "images", "*.tar"))
+	if len(only) > 0 {
+		images = slices.DeleteFunc(images, func(f string) bool { return !slices.Contains(only, strings.TrimSuffix(filepath.Base(f), ".tar")) })
+	}
 	for _, img := range images {
 		c.ctr("-n", "k8s.io", "images", "import", "--snapshotter", "native", img)
 	}

@@ -101,6 +101,7 @@ func (c *cluster) startNFSServer(quota bool) {
 	if quota {
 		c.setupQuota(&pod)
 	}
+	pod.Spec.NodeName = nodeName // its exports are this guest's directories
 	if _, err := c.kube.CoreV1().Pods("default").Create(context.Background(), &pod, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -190,24 +191,44 @@ func labImageValues() []string {
 	}
 }
 
-// driverRunning waits for one Ready controller pod, one Ready node pod and
-// the driver on the node's CSINode, and returns the node pod.
+// driverRunning waits for one Ready controller pod, a Ready node pod on
+// every node and the driver on every node's CSINode, and returns the node
+// pod of this guest's node.
 func (c *cluster) driverRunning(what string) corev1.Pod {
 	c.podsReady(what+": controller", driverNS, "app.kubernetes.io/component=controller", 1, 5*time.Minute)
-	node := c.podsReady(what+": node plugin", driverNS, "app.kubernetes.io/component=node", 1, 5*time.Minute)[0]
-	c.waitFor(what+": CSINode lists "+driverName, 3*time.Minute, func() (bool, error) {
-		n, err := c.kube.StorageV1().CSINodes().Get(context.Background(), nodeName, metav1GetOptions)
-		if err != nil {
-			return false, err
-		}
-		for _, d := range n.Spec.Drivers {
-			if d.Name == driverName {
-				return d.NodeID == nodeName, fmt.Errorf("node ID %q", d.NodeID)
+	nodes := c.podsReady(what+": node plugin", driverNS, "app.kubernetes.io/component=node", max(1, len(c.nodes)), 8*time.Minute)
+	for _, name := range append([]string{nodeName}, c.otherNodes()...) {
+		c.waitFor(what+": CSINode of "+name+" lists "+driverName, 3*time.Minute, func() (bool, error) {
+			n, err := c.kube.StorageV1().CSINodes().Get(context.Background(), name, metav1GetOptions)
+			if err != nil {
+				return false, err
 			}
+			for _, d := range n.Spec.Drivers {
+				if d.Name == driverName {
+					return d.NodeID == name, fmt.Errorf("node ID %q", d.NodeID)
+				}
+			}
+			return false, fmt.Errorf("drivers: %v", n.Spec.Drivers)
+		}, "kubelet")
+	}
+	for _, p := range nodes {
+		if p.Spec.NodeName == nodeName {
+			return p
 		}
-		return false, fmt.Errorf("drivers: %v", n.Spec.Drivers)
-	}, "kubelet")
-	return node
+	}
+	c.t.Fatalf("no node plugin pod on %s", nodeName)
+	return corev1.Pod{}
+}
+
+// otherNodes returns the names of the cluster's nodes but this guest's.
+func (c *cluster) otherNodes() []string {
+	var out []string
+	for _, n := range c.nodes {
+		if n.name != nodeName {
+			out = append(out, n.name)
+		}
+	}
+	return out
 }
 
 // boundPV waits until a claim is bound and returns its volume.

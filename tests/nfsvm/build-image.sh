@@ -83,7 +83,7 @@ cp -a "$work/gnuroot/." "$root/"
 kmod=$src/lib/modules/$kver
 [ -d "$kmod" ] || die "kernel package has no modules for $kver"
 busybox depmod -b "$src" "$kver"
-want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk overlay bridge veth br_netfilter dummy xfs loop ext4 quota_v2)
+want=(nfsd nfsv3 nfsv4 nfs lockd sunrpc virtio_pci virtio_blk overlay bridge veth br_netfilter dummy xfs loop ext4 quota_v2 virtio_net)
 declare -A mods=()
 add_mod() {
   local name=$1 line path dep

@@ -19,6 +19,17 @@
 # NFSDIR_LAB_TCG=multi runs the vCPUs on host threads of their own
 # (multi-threaded TCG); the default, single, is faster for the NFS tests.
 #
+# With NFSDIR_LAB_PEER=1 a second guest (the peer) boots beside the first,
+# from the same image and payload, with $NFSDIR_LAB_PEER_MEM (2048) MiB and
+# single-threaded TCG. Each guest gets one virtio NIC (eth0); the two are
+# joined by qemu's socket netdev in its UDP mode on 127.0.0.1 (a private
+# link: nothing else is on it, and either side may restart). The peer runs
+# the same binary with NFSDIR_LAB_ROLE=peer and $NFSDIR_LAB_PEER_ARGS as
+# its arguments; its output streams prefixed "[peer] ". The first guest
+# controls it by printing a line of its own: NFSLAB-PEER=kill terminates
+# the peer's qemu at once (a machine losing power), NFSLAB-PEER=start boots
+# a fresh one.
+#
 # Exit codes: the binary's own; 124 when $NFSDIR_LAB_TIMEOUT (seconds, default
 # 1500) ran out; 125 when the guest failed to set up NFS; 126 when the guest
 # never reported an exit code.
@@ -30,7 +41,13 @@ bin=$1; shift
 
 img=$("$here/build-image.sh") || exit 125
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nfslab.XXXXXX")
-cleanup() { rm -rf "$tmp"; }
+peer=${NFSDIR_LAB_PEER:-0}
+kill_peer() {
+  [ -s "$tmp/peer.pid" ] || return 0
+  kill -9 "$(cat "$tmp/peer.pid")" 2>/dev/null
+  rm -f "$tmp/peer.pid"
+}
+cleanup() { kill_peer; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 mkdir -p "$tmp/payload/pkg" "$tmp/payload/bin"
@@ -48,6 +65,11 @@ if [ -n "${NFSDIR_LAB_BIN:-}" ]; then cp -a "$NFSDIR_LAB_BIN"/. "$tmp/payload/bi
   for a in "$@"; do printf ' %q' "$a"; done
   echo
 } >"$tmp/payload/run.sh"
+if [ "$peer" = 1 ]; then
+  sed -e '$d' "$tmp/payload/run.sh" >"$tmp/payload/run-peer.sh"
+  echo "export NFSDIR_LAB_ROLE=peer" >>"$tmp/payload/run-peer.sh"
+  printf 'exec ./%q %s\n' "$(basename "$bin")" "${NFSDIR_LAB_PEER_ARGS:-}" >>"$tmp/payload/run-peer.sh"
+fi
 # busybox ash has no printf %q quoting of $'..' form; keep args plain.
 if grep -q "\$'" "$tmp/payload/run.sh"; then
   echo "run.sh: arguments with control characters are not supported" >&2; exit 2
@@ -55,9 +77,34 @@ fi
 tar -cf "$tmp/payload.tar" -C "$tmp/payload" .
 truncate -s 256M "$tmp/out.img"
 
+lan=()
+if [ "$peer" = 1 ]; then
+  port=$((20000 + RANDOM % 20000))
+  lan=(-netdev "socket,id=lan,udp=127.0.0.1:$((port + 1)),localaddr=127.0.0.1:$port"
+    -device "virtio-net-pci,netdev=lan,mac=52:54:00:c0:00:0a")
+fi
+# start_peer boots the peer guest in the background (its pid in peer.pid).
+start_peer() {
+  kill_peer
+  truncate -s 0 "$tmp/peer-out.img" && truncate -s 64M "$tmp/peer-out.img"
+  qemu-system-x86_64 -nodefaults -no-reboot -nographic -monitor none \
+    -accel tcg,thread=single -cpu qemu64 -smp 2 -m "${NFSDIR_LAB_PEER_MEM:-2048}" \
+    -kernel "$img/vmlinuz" -initrd "$img/initrd.gz" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=4 nfslab.role=peer" \
+    -serial "file:$tmp/peer-console.log" -serial stdio \
+    -drive "file=$tmp/payload.tar,format=raw,if=virtio,readonly=on" \
+    -drive "file=$tmp/peer-out.img,format=raw,if=virtio" \
+    -netdev "socket,id=lan,udp=127.0.0.1:$port,localaddr=127.0.0.1:$((port + 1))" \
+    -device "virtio-net-pci,netdev=lan,mac=52:54:00:c0:00:0b" </dev/null \
+    > >(while IFS= read -r line || [ -n "$line" ]; do printf '[peer] %s\n' "${line%$'\r'}"; done) 2>&1 &
+  echo $! >"$tmp/peer.pid"
+  disown $!
+}
+[ "$peer" = 1 ] && start_peer
+
 rcfile=$tmp/rc
 timeout --kill-after=10 "${NFSDIR_LAB_TIMEOUT:-1500}" \
-  qemu-system-x86_64 -nodefaults -no-reboot -nographic -monitor none \
+  qemu-system-x86_64 -nodefaults -no-reboot -nographic -monitor none "${lan[@]}" \
   -accel "tcg,thread=${NFSDIR_LAB_TCG:-single}" -cpu qemu64 -smp "${NFSDIR_LAB_CPUS:-2}" -m "${NFSDIR_LAB_MEM:-2048}" \
   -kernel "$img/vmlinuz" -initrd "$img/initrd.gz" \
   -append "console=ttyS0 panic=-1 quiet loglevel=4" \
@@ -70,6 +117,12 @@ timeout --kill-after=10 "${NFSDIR_LAB_TIMEOUT:-1500}" \
     line=${line%$'\r'}
     if [[ $line =~ ^EXIT=([0-9]+)$ ]]; then
       echo "${BASH_REMATCH[1]}" >"$rcfile"
+    elif [ "$peer" = 1 ] && [ "$line" = NFSLAB-PEER=kill ]; then
+      kill_peer
+      echo "run.sh: peer guest killed"
+    elif [ "$peer" = 1 ] && [ "$line" = NFSLAB-PEER=start ]; then
+      start_peer
+      echo "run.sh: peer guest booting"
     else
       printf '%s\n' "$line"
     fi

@@ -1,0 +1,322 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The two guests of a two-node run talk on 192.0.2.0/24: the first serves
+// the worker its credentials on workerBundlePort, the worker serves its
+// own logs on workerLogPort.
+const (
+	workerBundlePort = "29901"
+	workerLogPort    = "29902"
+)
+
+// TestDriverOnTwoNodes runs in the first guest of `make e2e-multinode`:
+// the control plane and lab-node here, lab-node-2 in the second guest
+// (TestWorkerNode), the NFS server pod on lab-node, nfsdir installed with
+// helm on both, and the scenarios that need two machines, each asserting
+// on Kubernetes objects and on the files on the server.
+func TestDriverOnTwoNodes(t *testing.T) {
+	if os.Getenv("NFSDIR_LAB") != "1" || os.Getenv("NFSDIR_E2E_MULTINODE") != "1" {
+		t.Skip("runs in the first lab guest of a two-node run: make e2e-multinode")
+	}
+	c := startClusterOn(t, firstNode, &secondNode)
+	c.workerReady()
+	c.startNFSServer(false)
+	// The controller on lab-node: the worker guest is sized for the node
+	// plugin and the workloads only.
+	c.installDriver("--set", `controller.nodeSelector.kubernetes\.io/hostname=`+nodeName)
+	steps := []struct {
+		name string
+		run  func(*cluster)
+	}{
+		{"ReadWriteManyAcrossNodes", (*cluster).readWriteManyAcrossNodes},
+		{"LocksAcrossNodes", (*cluster).locksAcrossNodes},
+		{"ReadWriteOncePodAcrossNodes", (*cluster).readWriteOncePodAcrossNodes},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) { s.run(c.in(t)) })
+	}
+}
+
+// TestWorkerNode runs in the second guest of `make e2e-multinode`: it makes
+// this guest lab-node-2 (eth0 on the lab link, its own containerd with the
+// payload's images), fetches its kubelet credentials from the first guest
+// and runs the kubelet until the guest is turned off.
+func TestWorkerNode(t *testing.T) {
+	if os.Getenv("NFSDIR_LAB_ROLE") != "peer" {
+		t.Skip("runs in the second lab guest of a two-node run: make e2e-multinode")
+	}
+	c := newCluster(t)
+	c.prepareNode(secondNode, &firstNode)
+	go serveLogs(t, c.dir)
+	for _, f := range []string{"ca.crt", "kubelet.kubeconfig"} {
+		c.fetchFromFirst(f, 30*time.Minute)
+	}
+	c.stage("credentials from " + firstNode.name)
+	// What runs on a worker: the node plugin and workload pods (the
+	// controller and the NFS server stay on lab-node).
+	c.startContainerd(secondNode.podRange, "pause", "nfsdir", "registrar", "livenessprobe", "busybox")
+	c.startKubelet(filepath.Join(c.dir, "kubelet.kubeconfig"), secondNode)
+	c.stage("kubelet started")
+	for { // until the guest is turned off
+		time.Sleep(time.Hour)
+	}
+}
+
+// serveWorker gives the worker node w its kubelet credentials (a client
+// certificate for system:node:<name> with the API server's address on the
+// lab link) and the cluster's CA, over HTTP on the lab link: nothing else
+// is on it.
+func (c *cluster) serveWorker(w labNode) {
+	kc := c.pki.kubeconfig(c.t, "kubelet-"+w.name, "system:node:"+w.name, "system:nodes")
+	b, err := os.ReadFile(kc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	kubeconfig := strings.Replace(string(b), "https://127.0.0.1:443", "https://"+nodeIP+":443", 1)
+	ca, err := os.ReadFile(filepath.Join(c.dir, "ca.crt"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/kubelet.kubeconfig", func(rw http.ResponseWriter, _ *http.Request) { io.WriteString(rw, kubeconfig) })
+	mux.HandleFunc("/ca.crt", func(rw http.ResponseWriter, _ *http.Request) { rw.Write(ca) })
+	l, err := net.Listen("tcp", nodeIP+":"+workerBundlePort)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	c.t.Cleanup(func() { srv.Close() })
+}
+
+// fetchFromFirst polls the first guest for a file of serveWorker until
+// it comes, and stores it in the cluster's directory.
+func (c *cluster) fetchFromFirst(name string, limit time.Duration) {
+	url := "http://" + nodeIP + ":" + workerBundlePort + "/" + name
+	client := &http.Client{Timeout: 10 * time.Second}
+	c.waitFor(name+" from "+firstNode.name, limit, func() (bool, error) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("%s: %s %v", url, resp.Status, err)
+		}
+		return true, os.WriteFile(filepath.Join(c.dir, name), b, 0o600)
+	})
+}
+
+// serveLogs serves the worker's process logs (dir/*.log) on the lab link,
+// for the first guest to show when the worker misbehaves.
+func serveLogs(t *testing.T, dir string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
+		name := filepath.Base(r.URL.Path)
+		if !strings.HasSuffix(name, ".log") {
+			http.NotFound(rw, r)
+			return
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			http.NotFound(rw, r)
+			return
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Size() > 8000 {
+			f.Seek(st.Size()-8000, io.SeekStart)
+		}
+		io.Copy(rw, f)
+	})
+	srv := &http.Server{Addr: secondNode.ip + ":" + workerLogPort, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.ListenAndServe(); err != nil {
+		t.Logf("serving logs: %v", err)
+	}
+}
+
+// workerLog returns the end of a worker process's log, fetched from it.
+func workerLog(name string) string {
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + secondNode.ip + ":" + workerLogPort + "/" + name + ".log")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// workerReady waits until the worker node is Ready (it boots, imports
+// the images and starts its kubelet meanwhile), showing its logs if not.
+func (c *cluster) workerReady() {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Minute)
+	for {
+		n, err := c.kube.CoreV1().Nodes().Get(context.Background(), secondNode.name, metav1GetOptions)
+		if err == nil {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					c.stage("node " + secondNode.name + " Ready")
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %s not Ready after 20 min (%v)\n--- its kubelet log:\n%s\n--- its containerd log:\n%s",
+				secondNode.name, err, workerLog("kubelet"), workerLog("containerd"))
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// readWriteManyAcrossNodes: the two replicas of a Deployment with
+// anti-affinity land on the two nodes, each mounts the claim through its
+// own node's plugin, and each reads the 4 MiB the other wrote, closed
+// before its marker appeared, byte for byte (close-to-open consistency).
+func (c *cluster) readWriteManyAcrossNodes() {
+	c.create(c.example("storageclass.yaml"))
+	c.create(c.testdata("two-nodes-rwx.yaml"))
+	c.boundPV("default", "spread-data")
+	pods := c.podsReady("2 replicas, one per node", "default", "app=spread", 2, 8*time.Minute)
+	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
+		c.t.Fatalf("both replicas on %s", pods[0].Spec.NodeName)
+	}
+	dir := filepath.Join(serverDir, "default", "spread-data")
+	seen := map[string]string{}
+	c.waitFor("each replica read the other's data", 5*time.Minute, func() (bool, error) {
+		for _, p := range pods {
+			b, err := os.ReadFile(filepath.Join(dir, "seen", p.Name))
+			if err != nil {
+				return false, err
+			}
+			seen[p.Name] = strings.TrimSpace(string(b))
+		}
+		return true, nil
+	})
+	for _, p := range pods {
+		f := strings.Fields(seen[p.Name])
+		if len(f) != 5 {
+			c.t.Errorf("%s (on %s) recorded %q", p.Name, p.Spec.NodeName, seen[p.Name])
+			continue
+		}
+		peer, peerNode, got, want, after := f[0], f[1], f[2], f[3], f[4]
+		if peerNode == p.Spec.NodeName {
+			c.t.Errorf("%s on %s read %s, which says it ran on the same node", p.Name, p.Spec.NodeName, peer)
+		}
+		if got != want {
+			c.t.Errorf("%s on %s read %s's data (written on %s) with checksum %s, want %s: close-to-open broken", p.Name, p.Spec.NodeName, peer, peerNode, got, want)
+		}
+		c.t.Logf("%s on %s: the data %s wrote on %s was complete, its marker seen %s s after it was written", p.Name, p.Spec.NodeName, peer, peerNode, after)
+	}
+}
+
+// locksAcrossNodes: for flock(2) and for POSIX (fcntl) locks, an
+// exclusive lock held by a pod on lab-node makes a non-blocking attempt on
+// lab-node-2 fail, and the waiting attempt there gets the lock only once
+// the holder released it, reading what the holder wrote just before (the
+// holder waits for the attempt, so the outcome does not depend on timing).
+func (c *cluster) locksAcrossNodes() {
+	c.create(c.testdata("two-nodes-locks.yaml"))
+	defer func() {
+		if c.t.Failed() {
+			for _, name := range []string{"lock-holder", "lock-contender"} {
+				if p, err := c.kube.CoreV1().Pods("default").Get(context.Background(), name, metav1GetOptions); err == nil {
+					c.t.Log(c.describePod(p))
+				}
+			}
+		}
+		for _, p := range []string{"lock-holder", "lock-contender"} {
+			c.kube.CoreV1().Pods("default").Delete(context.Background(), p, metav1.DeleteOptions{})
+		}
+	}()
+	dir := filepath.Join(serverDir, "default", "spread-data", "locks")
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		return strings.TrimSpace(string(b)), err
+	}
+	for _, mode := range []string{"flock", "fcntl"} {
+		var try, released, acquired string
+		c.waitFor(mode+": the contender on "+secondNode.name+" got the lock", 6*time.Minute, func() (bool, error) {
+			if _, err := os.Stat(filepath.Join(dir, "holder-failed-"+mode)); err == nil {
+				c.t.Fatalf("%s: the holder on %s could not take the lock", mode, firstNode.name)
+			}
+			var err error
+			if try, err = read("try-" + mode); err != nil {
+				return false, err
+			}
+			if released, err = read("released-at-" + mode); err != nil {
+				return false, err
+			}
+			acquired, err = read("acquired-at-" + mode)
+			return err == nil, err
+		})
+		held, _ := read("held-at-" + mode)
+		if !strings.HasPrefix(try, "busy ") {
+			c.t.Errorf("%s: the non-blocking attempt on %s while %s held the lock: %q, want busy", mode, secondNode.name, firstNode.name, try)
+		}
+		// The two guests' clocks differ: the order is shown by what the
+		// contender read once it held the lock, not by the times.
+		if saw, err := read("saw-" + mode); err != nil || saw != "written-under-the-lock" {
+			c.t.Errorf("%s: once the contender held the lock it read %q (%v); want what the holder wrote just before releasing it", mode, saw, err)
+		}
+		c.t.Logf("%s: held at %s on %s; tried on %s: %s; released at %s; acquired on %s at %s (each guest's own clock)", mode, held, firstNode.name, secondNode.name, try, released, secondNode.name, acquired)
+	}
+}
+
+// readWriteOncePodAcrossNodes: while a pod on lab-node uses a
+// ReadWriteOncePod claim, a pod asking for it on lab-node-2 is not
+// scheduled (the scheduler says why); once the first is gone, it runs.
+func (c *cluster) readWriteOncePodAcrossNodes() {
+	ctx := context.Background()
+	c.create(c.testdata("two-nodes-rwop.yaml"))
+	c.podRunning("default", "rwop-first", 5*time.Minute)
+	c.create(c.testdata("two-nodes-rwop-second.yaml"))
+	var why string
+	c.waitFor("rwop-second refused by the scheduler", 3*time.Minute, func() (bool, error) {
+		ev, err := c.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=rwop-second,reason=FailedScheduling"})
+		if err != nil || len(ev.Items) == 0 {
+			return false, err
+		}
+		why = ev.Items[0].Message
+		return true, nil
+	})
+	time.Sleep(20 * time.Second)
+	p, err := c.kube.CoreV1().Pods("default").Get(ctx, "rwop-second", metav1GetOptions)
+	if err != nil || p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" {
+		c.t.Fatalf("rwop-second while rwop-first runs: %v %s on %q; want Pending, unscheduled", err, p.Status.Phase, p.Spec.NodeName)
+	}
+	if !strings.Contains(why, "ReadWriteOncePod") {
+		c.t.Errorf("the scheduler's reason does not name the access mode: %q", why)
+	}
+	c.t.Logf("rwop-second: %s", why)
+	if err := c.kube.CoreV1().Pods("default").Delete(ctx, "rwop-first", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.podRunning("default", "rwop-second", 5*time.Minute)
+	if p, _ := c.kube.CoreV1().Pods("default").Get(ctx, "rwop-second", metav1GetOptions); p.Spec.NodeName != secondNode.name {
+		c.t.Errorf("rwop-second runs on %s", p.Spec.NodeName)
+	}
+	c.boundPV("default", "single-writer")
+	owner := filepath.Join(serverDir, "default", "single-writer", "owner")
+	c.waitFor("rwop-second wrote on the server", time.Minute, func() (bool, error) {
+		b, err := os.ReadFile(owner)
+		return strings.TrimSpace(string(b)) == "second", err
+	})
+	c.kube.CoreV1().Pods("default").Delete(ctx, "rwop-second", metav1.DeleteOptions{})
+}
