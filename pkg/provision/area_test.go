@@ -109,6 +109,16 @@ func TestAreaWithoutRecordsDirectory(t *testing.T) {
 				if _, err := os.Lstat(filepath.Join(dir, ".nfsdir", missing)); err == nil {
 					t.Fatalf("open without create made .nfsdir/%s", missing)
 				}
+			} else {
+				a, err := OpenArea(root, false)
+				if err != nil {
+					t.Fatalf("open without create of an area with records: %v", err)
+				}
+				a.Close()
+				if st, err := os.Lstat(filepath.Join(dir, ".nfsdir", missing)); err != nil || !st.IsDir() {
+					t.Fatalf("open without create did not complete .nfsdir/%s: %v", missing, err)
+				}
+				os.Remove(filepath.Join(dir, ".nfsdir", missing))
 			}
 			b, err := OpenArea(root, true)
 			if err != nil {

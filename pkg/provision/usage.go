@@ -148,30 +148,29 @@ func listNames(r *os.Root) ([]string, error) {
 // Record returns the record stored under key, or nil.
 func (a *Area) Record(key string) (*Record, error) { return readRecord(a.volumes, key) }
 
-// Count counts what the directory of the record under key uses, with w,
-// and stores the figure. It returns the record and its figure; counted is
-// false (and nothing is stored) for a key that holds no record, a shared
-// volume's record (its shared directory's stands for it), a record not
-// yet sealed, or a directory that is missing or not the one recorded.
-func (a *Area) Count(ctx context.Context, key string, w usage.Walker) (rec *Record, fig capacity.Figure, counted bool, err error) {
-	rec, err = readRecord(a.volumes, key)
-	if err != nil || rec == nil || rec.Shared || rec.FileID == 0 {
-		return rec, fig, false, err
+// Count counts, with w, what the directory of rec (the record under key,
+// read by the caller; nil: none) uses, and stores the figure. counted is
+// false (and nothing is stored) for no record, a shared volume's record
+// (its shared directory's stands for it), a record not yet sealed, or a
+// directory that is missing or not the one recorded.
+func (a *Area) Count(ctx context.Context, key string, rec *Record, w usage.Walker) (fig capacity.Figure, counted bool, err error) {
+	if rec == nil || rec.Shared || rec.FileID == 0 {
+		return fig, false, nil
 	}
 	fd, err := a.openVolumeDir(rec)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return rec, fig, false, nil
+			return fig, false, nil
 		}
-		return rec, fig, false, err
+		return fig, false, err
 	}
 	defer unix.Close(fd)
 	res, err := w.Count(ctx, fd)
 	if err != nil {
-		return rec, fig, false, fmt.Errorf("count %q: %w", rec.SubDir, err)
+		return fig, false, fmt.Errorf("count %q: %w", rec.SubDir, err)
 	}
 	fig, err = a.StoreCount(key, rec, res)
-	return rec, fig, err == nil, err
+	return fig, err == nil, err
 }
 
 // StoreCount stores res as the figure of rec, the record under key, as

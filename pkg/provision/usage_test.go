@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nfsdir/nfsdir/pkg/capacity"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/usage"
 )
@@ -28,7 +29,7 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pvc-u", "data"), []byte(strings.Repeat("x", 50000)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, fig, counted, err := a.Count(ctx, rec.Key(), usage.DefaultWalker)
+	_, fig, counted, err := countKey(ctx, a, rec.Key())
 	if err != nil || !counted || fig.Bytes < 50000 || fig.Inodes != 2 || fig.Token != rec.Token {
 		t.Fatalf("Count = %+v, %v, %v", fig, counted, err)
 	}
@@ -69,7 +70,7 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 		t.Fatalf("VolumeKeys = %v, %v; want the volume, the shared volume and its directory", keys, err)
 	}
 	for _, k := range keys {
-		if _, _, _, err := a.Count(ctx, k, usage.DefaultWalker); err != nil {
+		if _, _, _, err := countKey(ctx, a, k); err != nil {
 			t.Fatalf("Count(%s): %v", k, err)
 		}
 	}
@@ -103,12 +104,23 @@ func TestCountRefusesAReplacedDirectory(t *testing.T) {
 	}
 	os.Rename(filepath.Join(dir, "pvc-r"), filepath.Join(dir, "moved"))
 	os.Mkdir(filepath.Join(dir, "pvc-r"), 0o755)
-	if _, _, counted, err := a.Count(ctx, rec.Key(), usage.DefaultWalker); counted || err == nil {
+	if _, _, counted, err := countKey(ctx, a, rec.Key()); counted || err == nil {
 		t.Fatalf("Count of a replaced directory: counted %v, %v", counted, err)
 	}
 	os.Remove(filepath.Join(dir, "pvc-r"))
 	os.Symlink("moved", filepath.Join(dir, "pvc-r"))
-	if _, _, counted, err := a.Count(ctx, rec.Key(), usage.DefaultWalker); counted || err == nil {
+	if _, _, counted, err := countKey(ctx, a, rec.Key()); counted || err == nil {
 		t.Fatalf("Count through a symlink: counted %v, %v", counted, err)
 	}
+}
+
+// countKey reads the record under key and counts it, as the accountant
+// does.
+func countKey(ctx context.Context, a *Area, key string) (*Record, capacity.Figure, bool, error) {
+	rec, err := a.Record(key)
+	if err != nil {
+		return nil, capacity.Figure{}, false, err
+	}
+	fig, counted, err := a.Count(ctx, key, rec, usage.DefaultWalker)
+	return rec, fig, counted, err
 }

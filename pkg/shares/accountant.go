@@ -187,9 +187,13 @@ func (ac *accountant) resume(a *provision.Area, key string) time.Time {
 
 func (ac *accountant) count(ctx context.Context, share, name string, a *provision.Area, l *ledger, key string) {
 	start := time.Now()
-	rec, fig, counted, err := ac.fromServer(ctx, share, name, a, key)
-	if !counted && err == nil {
-		rec, fig, counted, err = a.Count(ctx, key, ac.walker)
+	rec, err := a.Record(key)
+	var fig capacity.Figure
+	counted := false
+	if err == nil {
+		if fig, counted, err = ac.fromServer(ctx, share, name, a, key, rec); !counted && err == nil {
+			fig, counted, err = a.Count(ctx, key, rec, ac.walker)
+		}
 	}
 	ac.mu.Lock()
 	defer ac.mu.Unlock()
@@ -237,26 +241,22 @@ func (ac *accountant) stats() AccountingStats {
 	return st
 }
 
-// fromServer asks the quota agent of the volume under key what its
+// fromServer asks the quota agent of rec, the volume under key, what its
 // directory uses, and stores the figure; counted is false (nothing
 // stored, no error) when the volume has no agent or the agent cannot
 // answer, and then the walk counts it.
-func (ac *accountant) fromServer(ctx context.Context, share, name string, a *provision.Area, key string) (rec *provision.Record, fig capacity.Figure, counted bool, err error) {
-	if ac.cfg.Server == nil {
-		return nil, fig, false, nil
-	}
-	rec, err = a.Record(key)
-	if err != nil || rec == nil || rec.QuotaAgent == "" || rec.Shared || rec.FileID == 0 {
-		return rec, fig, false, err
+func (ac *accountant) fromServer(ctx context.Context, share, name string, a *provision.Area, key string, rec *provision.Record) (fig capacity.Figure, counted bool, err error) {
+	if ac.cfg.Server == nil || rec == nil || rec.QuotaAgent == "" || rec.Shared || rec.FileID == 0 {
+		return fig, false, nil
 	}
 	res, err := ac.cfg.Server.Usage(ctx, rec.QuotaAgent, share, rec.SubDir, rec.Token)
 	if err != nil {
 		if ctx.Err() == nil {
 			klog.Warningf("usage of %q on %s from its quota agent: %v; counting it by a walk", rec.SubDir, name, err)
 		}
-		return rec, fig, false, nil
+		return fig, false, nil
 	}
 	ac.server.Add(1)
 	fig, err = a.StoreCount(key, rec, res)
-	return rec, fig, err == nil, err
+	return fig, err == nil, err
 }
