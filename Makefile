@@ -11,7 +11,8 @@ LAB_PKGS := ./tests/sanity/ ./tests/e2e/ ./tests/registration/
 FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volumeid:FuzzParse \
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse pkg/mounttable:FuzzUnescape \
 	pkg/targetpath:FuzzCheck pkg/provision:FuzzTuner pkg/capacity:FuzzTallyCountsEachFileOnce pkg/capacity:FuzzDecode \
-	pkg/params:FuzzParseMutable pkg/safepath:FuzzArchiveEntry pkg/migrate:FuzzPlanStaysInsideTheShare
+	pkg/params:FuzzParseMutable pkg/safepath:FuzzArchiveEntry pkg/migrate:FuzzPlanStaysInsideTheShare \
+	pkg/publock:FuzzParse
 FUZZTIME ?= 300000x
 # Tools built from source (tests/tools pins the module versions).
 HELM_VERSION := v3.22.0

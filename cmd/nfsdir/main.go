@@ -73,6 +73,8 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory where the controller keeps its share mounts (the node plugin its read-only ones, below node/)")
 	onDelete := fs.String("default-on-delete", string(cfg.DefaultOnDelete), "what DeleteVolume does when the StorageClass sets no onDelete: delete, retain or archive")
 	fs.DurationVar(&cfg.MountTimeout, "mount-timeout", cfg.MountTimeout, "how long one NFS mount may take before it is killed")
+	fs.DurationVar(&cfg.ClaimLapse, "claim-lapse", cfg.ClaimLapse, "node: how long a node's claim on a single-node (ReadWriteOnce) volume outlives the node's last renewal; another node's publish is refused until then")
+	fs.StringVar(&cfg.ClaimsFile, "claims-file", "", "node: where the node plugin keeps the claims it holds, so that a restarted plugin renews them; keep it on the host (default: <state-dir>/node/claims.json)")
 	fs.IntVar(&cfg.PurgeWorkers, "purge-workers", cfg.PurgeWorkers, "how many deleted volumes are purged at once")
 	fs.DurationVar(&cfg.CountEvery, "usage-count-every", cfg.CountEvery, "how often the controller counts what each volume uses, at most (0: never; nodes then report the export's statfs figures)")
 	fs.Float64Var(&cfg.CountRate, "usage-count-rate", cfg.CountRate, "files and directories the usage counts look at per second, all together (0: no bound)")

@@ -45,6 +45,9 @@ const (
 	// entries per second (a few READDIRPLUS calls a second on NFS).
 	DefaultCountEvery = 5 * time.Minute
 	DefaultCountRate  = 2000
+	// DefaultClaimLapse matches an NFSv4 server's default lease: a dead
+	// node's single-node volumes are free again about when its locks are.
+	DefaultClaimLapse = 90 * time.Second
 )
 
 // Config is the driver configuration.
@@ -57,6 +60,12 @@ type Config struct {
 	StateDir        string
 	DefaultOnDelete params.OnDelete
 	MountTimeout    time.Duration
+	// ClaimLapse is how long a node's claim on a single-node volume stays
+	// live without being renewed (pkg/publock); ClaimsFile is where the
+	// node plugin keeps the claims it holds, to renew them after a
+	// restart ("": StateDir/node/claims.json).
+	ClaimLapse time.Duration
+	ClaimsFile string
 	// PurgeWorkers bounds concurrent background purges of deleted volumes.
 	PurgeWorkers int
 	// CountEvery is how often each volume's usage is counted at most (0:
@@ -121,7 +130,7 @@ func (c Config) MountPolicy() mountopts.Policy {
 // Default returns a Config with every default applied.
 func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
-		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4,
+		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4, ClaimLapse: DefaultClaimLapse,
 		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2, CopyWorkers: 2,
 		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String()}
 }
@@ -174,6 +183,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := params.ParseOnDelete(string(c.DefaultOnDelete)); err != nil {
 		return fmt.Errorf("--default-on-delete: %v", err)
+	}
+	if c.ClaimLapse < 3*time.Second {
+		return fmt.Errorf("--claim-lapse %s must be at least 3s", c.ClaimLapse)
+	}
+	if c.ClaimsFile != "" && !strings.HasPrefix(c.ClaimsFile, "/") {
+		return fmt.Errorf("--claims-file %q must be an absolute path", c.ClaimsFile)
 	}
 	if c.MountTimeout < time.Second {
 		return fmt.Errorf("--mount-timeout %s must be at least 1s", c.MountTimeout)

@@ -50,6 +50,7 @@ type Node struct {
 	locks        keylock.Set       // by target path
 	volumeLocks  keylock.Set       // by mount source, for single-writer publishes
 	views        *shares.Set       // read-only share mounts for records and figures; nil: statfs only
+	claims       *nodeClaims       // single-node volumes kept to one node; nil: not enforced
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
@@ -148,6 +149,13 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		cancel()
 		switch {
 		case perr == nil:
+			if s.claims != nil && singleNode(req.GetVolumeCapability()) && !vol.Ephemeral {
+				// Mounted before (a retry, or a restart that lost
+				// the claims file): the claim is renewed or taken.
+				if err := s.claims.take(ctx, req.GetVolumeId(), vol.SubDir, target); err != nil {
+					klog.ErrorS(err, "volume already mounted here; its claim", "volume", req.GetVolumeId(), "target", target)
+				}
+			}
 			return &csi.NodePublishVolumeResponse{}, nil
 		case !errors.Is(perr, unix.ESTALE):
 			// A slow or unreachable server (a failover, an outage) is no
@@ -170,12 +178,27 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 			return nil, err
 		}
 	}
+	claimed := false
+	if s.claims != nil && singleNode(req.GetVolumeCapability()) && !vol.Ephemeral {
+		// Before anything is mounted: another node's live claim
+		// refuses the publish.
+		if err := s.claims.take(ctx, req.GetVolumeId(), vol.SubDir, target); err != nil {
+			return nil, toStatus(err)
+		}
+		claimed = true
+	}
 	if err := targetdir.Make(tg); err != nil {
+		if claimed {
+			s.claims.release(ctx, req.GetVolumeId(), target)
+		}
 		return nil, toStatus(err)
 	}
 	mctx, cancel := context.WithTimeout(ctx, s.mountTimeout)
 	defer cancel()
 	if err := s.mounter.Mount(mctx, source, target, opts); err != nil {
+		if claimed {
+			s.claims.release(ctx, req.GetVolumeId(), target)
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %q reachable?)", err, vol.Export.Server)
 		}
@@ -305,6 +328,9 @@ func (s *Node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVo
 		return nil, status.Errorf(codes.Internal, "target %q is still mounted after unmount", target)
 	}
 	s.track(req.GetVolumeId(), target, false)
+	if s.claims != nil {
+		s.claims.release(ctx, req.GetVolumeId(), target)
+	}
 	if err := targetdir.Remove(tg); err != nil {
 		return nil, toStatus(err)
 	}

@@ -48,6 +48,7 @@ type Driver struct {
 	cfg        config.Config
 	server     *grpc.Server
 	shares     *shares.Set // nil without the controller service
+	claims     *nodeClaims // the node's claims on single-node volumes; nil without
 	views      *shares.Set // the node's read-only share mounts; nil without
 	controller *Controller
 	metrics    *metrics.Metrics
@@ -130,8 +131,21 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 			views = nil
 		}
 		d.views = views
-		csi.RegisterNodeServer(d.server, &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
-			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views})
+		node := &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
+			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views}
+		if views != nil {
+			file := cfg.ClaimsFile
+			if file == "" {
+				file = filepath.Join(cfg.StateDir, "node", "claims.json")
+			}
+			c := &nodeClaims{views: views, node: cfg.NodeID, lapse: cfg.ClaimLapse, file: file,
+				mounted: func(t string) (bool, error) { cur, err := m.Mounted(t); return cur != nil, err }}
+			c.restore()
+			node.claims, d.claims = c, c
+			d.metrics.Gauge("nfsdir_node_claims_held", "Single-node volumes this node holds the claim of (published here).", func() float64 { return float64(c.count()) })
+			d.metrics.Counter("nfsdir_node_claims_lost_total", "Claims of single-node volumes another node took over while they were still mounted here (this node's claim had lapsed; see the log).", func() float64 { return float64(c.lost.Load()) })
+		}
+		csi.RegisterNodeServer(d.server, node)
 	}
 	return d, nil
 }
@@ -195,6 +209,11 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	if d.shares != nil {
 		go d.shares.Resume()
 	}
+	cctx, stopClaims := context.WithCancel(context.Background())
+	defer stopClaims()
+	if d.claims != nil {
+		go d.claims.loop(cctx)
+	}
 	klog.Infof("%s %s serving %s services on %s", d.cfg.DriverName, d.cfg.Version, d.cfg.Mode, l.Addr())
 	var err error
 	select {
@@ -208,6 +227,7 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 		d.server.Stop()
 	}
 	d.serving.Store(false)
+	stopClaims() // the claims stay on the share: the mounts stay too
 	d.release(stopBy)
 	return err
 }

@@ -27,6 +27,7 @@ type Area struct {
 	volumes *os.Root // .nfsdir/volumes
 	parents *os.Root // .nfsdir/parents
 	trash   *os.Root // .nfsdir/trash
+	nodes   *os.Root // .nfsdir/nodes: the node plugins' claims (pkg/publock)
 	owner   uint32   // the uid the server gives files nfsdir creates
 
 	umu       sync.Mutex
@@ -40,7 +41,7 @@ type Area struct {
 var ErrNoArea = errors.New("the share has no nfsdir metadata area")
 
 // metaDirs are the directories of the metadata area below MetaDir.
-var metaDirs = []string{"volumes", "parents", "trash"}
+var metaDirs = []string{"volumes", "parents", "trash", "nodes"}
 
 // OpenArea opens the metadata area below root, creating it when missing if
 // create is set; otherwise a missing area is ErrNoArea, and nothing is
@@ -80,7 +81,7 @@ func OpenArea(root *os.Root, create bool) (_ *Area, err error) {
 	if err := checkMetaDir(meta, ".", safepath.MetaDir, owner); err != nil {
 		return nil, err
 	}
-	handles := []**os.Root{&a.volumes, &a.parents, &a.trash}
+	handles := []**os.Root{&a.volumes, &a.parents, &a.trash, &a.nodes}
 	for i, name := range metaDirs {
 		full := path.Join(safepath.MetaDir, name)
 		if !create && i == 0 {
@@ -90,8 +91,8 @@ func OpenArea(root *os.Root, create bool) (_ *Area, err error) {
 				return nil, ErrNoArea
 			}
 		}
-		// With records, the area is nfsdir's: a missing parents or trash
-		// directory is completed even without create.
+		// With records, the area is nfsdir's: a missing parents, trash
+		// or nodes directory is completed even without create.
 		if create || i > 0 {
 			if err := mkdirMeta(meta, name, full); err != nil {
 				return nil, err
@@ -205,7 +206,7 @@ func (a *Area) Close() error {
 	var errs []error
 	a.umu.Lock()
 	defer a.umu.Unlock()
-	for _, r := range []*os.Root{a.usage, a.snapshots, a.volumes, a.parents, a.trash, a.meta} {
+	for _, r := range []*os.Root{a.usage, a.snapshots, a.volumes, a.parents, a.trash, a.nodes, a.meta} {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"time"
@@ -100,18 +101,33 @@ func (m *Manager) GetForPurge(ctx context.Context, e export.Export, opts mountop
 	return m.get(ctx, e, opts, purgeMount)
 }
 
+// GetClaims returns a read-write mount of the share's claims directory
+// alone (.nfsdir/nodes, pkg/publock), for a node plugin: the rest of the
+// share stays out of its reach. The directory must exist (the controller
+// makes it).
+func (m *Manager) GetClaims(ctx context.Context, e export.Export, opts mountopts.Options) (*Share, error) {
+	return m.get(ctx, e, opts, claimsMount)
+}
+
 // mountKind tells a share's mounts apart; its value ends the mount's key.
 type mountKind string
 
 const (
-	mainMount  mountKind = ""
-	purgeMount mountKind = "-purge"
-	viewMount  mountKind = "-view"
+	mainMount   mountKind = ""
+	purgeMount  mountKind = "-purge"
+	viewMount   mountKind = "-view"
+	claimsMount mountKind = "-claims"
 )
+
+// ClaimsDir is the directory a claims mount mounts, below the share.
+const ClaimsDir = ".nfsdir/nodes"
 
 func (m *Manager) get(ctx context.Context, e export.Export, opts mountopts.Options, kind mountKind) (*Share, error) {
 	opts = opts.ForShare()
 	key := Key(e, opts) + string(kind)
+	if kind == claimsMount {
+		e = export.Export{Server: e.Server, Share: path.Join(e.Share, ClaimsDir)}
+	}
 	m.mu.Lock()
 	en, ok := m.entries[key]
 	if !ok {

@@ -10,6 +10,8 @@ package shares
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"sync"
 	"time"
 
@@ -388,5 +390,44 @@ func (s *Set) View(ctx context.Context, id volumeid.ID, fn func(*provision.View)
 			return err
 		}
 		s.mounts.Invalidate(share)
+	}
+}
+
+// ErrNoClaims says a share has no claims directory (.nfsdir/nodes): no
+// controller of this version has opened it, or nfsdir never created a
+// volume there.
+var ErrNoClaims = errors.New("the share has no claims directory (.nfsdir/nodes)")
+
+// Claims runs fn on the claims directory of the share a volume ID names
+// (pkg/publock), through a read-write kept mount of that directory alone;
+// whether it exists is read first on the share's read-only mount. A stale
+// mount is checked, mounted again, and fn run once more.
+func (s *Set) Claims(ctx context.Context, id volumeid.ID, fn func(*os.Root) error) error {
+	opts, err := mountopts.Parse(id.Options)
+	if err != nil {
+		return fault.Wrap(fault.InvalidArgument, err, "volume ID %q carries mount options nfsdir would never have written", id.String())
+	}
+	for attempt := 0; ; attempt++ {
+		view, err := s.mounts.GetReadOnly(ctx, id.Export, opts)
+		if err != nil {
+			return err
+		}
+		if _, err = view.Root().Lstat(sharemount.ClaimsDir); errors.Is(err, fs.ErrNotExist) {
+			return ErrNoClaims
+		}
+		var share *Share
+		if err == nil {
+			if share, err = s.mounts.GetClaims(ctx, id.Export, opts); err != nil {
+				return err
+			}
+			err = fn(share.Root())
+		}
+		if err == nil || !provision.IsStale(err) || attempt > 0 {
+			return err
+		}
+		s.mounts.Invalidate(view)
+		if share != nil {
+			s.mounts.Invalidate(share)
+		}
 	}
 }

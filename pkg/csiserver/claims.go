@@ -1,0 +1,287 @@
+package csiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/keylock"
+	"github.com/nfsdir/nfsdir/pkg/publock"
+	"github.com/nfsdir/nfsdir/pkg/shares"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// claimTimeout bounds one claim operation on the share; one stuck on a
+// dead server is left to finish in the background, at most one per volume.
+const claimTimeout = 15 * time.Second
+
+// singleNode reports whether an access mode allows the volume on one node
+// only, which nfsdir enforces across nodes with claims.
+func singleNode(c *csi.VolumeCapability) bool {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
+		return true
+	}
+	return false
+}
+
+// nodeClaims holds this node's claims on the single-node volumes it has
+// published (pkg/publock): taken at publish, renewed every third of the
+// lapse while a target of the volume stays mounted, dropped with its last
+// target. What it holds is kept in a file, so a restarted node plugin
+// renews the claims of the mounts it left in place.
+type nodeClaims struct {
+	views   *shares.Set
+	node    string
+	lapse   time.Duration
+	file    string
+	mounted func(target string) (bool, error)
+
+	inflight keylock.Set // by volume ID: one claim operation at a time
+
+	mu     sync.Mutex
+	held   map[string]*heldClaim // by volume ID
+	noDir  map[string]bool       // exports already logged as having no claims directory
+	lost   atomic.Int64
+	takens atomic.Int64
+}
+
+// heldClaim is one claim and the targets it is held for.
+type heldClaim struct {
+	SubDir  string          `json:"subDir"`
+	Targets map[string]bool `json:"targets"`
+}
+
+// restore reads the claims a previous process held.
+func (c *nodeClaims) restore() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held = map[string]*heldClaim{}
+	b, err := os.ReadFile(c.file)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &c.held)
+	}
+	if err != nil {
+		klog.Errorf("claims of single-node volumes: reading %s: %v; the claims it listed lapse unless their volumes are published again", c.file, err)
+		c.held = map[string]*heldClaim{}
+	}
+	for _, h := range c.held {
+		if h.Targets == nil {
+			h.Targets = map[string]bool{}
+		}
+	}
+	klog.Infof("claims of single-node volumes: %d held before the restart, renewed now", len(c.held))
+}
+
+// saveLocked writes what is held to the claims file; c.mu is held.
+func (c *nodeClaims) saveLocked() {
+	b, _ := json.Marshal(c.held)
+	tmp := c.file + ".tmp"
+	err := os.MkdirAll(filepath.Dir(c.file), 0o700)
+	if err == nil {
+		err = os.WriteFile(tmp, b, 0o600)
+	}
+	if err == nil {
+		err = os.Rename(tmp, c.file)
+	}
+	if err != nil {
+		klog.Errorf("claims of single-node volumes: writing %s: %v; after a restart their claims lapse", c.file, err)
+	}
+}
+
+// run does op on the claims of the volume's share within claimTimeout.
+func (c *nodeClaims) run(ctx context.Context, volumeID string, op func(context.Context, publock.Files) error) error {
+	id, err := volumeid.Parse(volumeID)
+	if err != nil {
+		return nil // not an nfsdir volume: no claims (README)
+	}
+	if !c.inflight.TryAcquire(volumeID) {
+		return fault.New(fault.Aborted, "a claim operation on volume %q is still in progress (is its NFS server answering?); retry later", volumeID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	done := make(chan error, 1)
+	go func() {
+		defer c.inflight.Release(volumeID)
+		defer cancel()
+		done <- c.views.Claims(ctx, id, func(root *os.Root) error {
+			return op(ctx, publock.Files{Root: root, Node: c.node, Lapse: c.lapse})
+		})
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = fault.New(fault.Unavailable, "the NFS server of volume %q does not answer (claim of a single-node volume)", volumeID)
+	}
+	if errors.Is(err, shares.ErrNoClaims) {
+		c.mu.Lock()
+		if !c.noDir[id.Export.String()] {
+			klog.Warningf("share %s has no claims directory (.nfsdir/nodes; a controller of this version makes it): single-node volumes there are not kept to one node", id.Export)
+			if c.noDir == nil {
+				c.noDir = map[string]bool{}
+			}
+			c.noDir[id.Export.String()] = true
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	return err
+}
+
+// take claims volumeID (its directory subDir on the share) for target. A
+// live claim of another node is FailedPrecondition naming the node.
+func (c *nodeClaims) take(ctx context.Context, volumeID, subDir, target string) error {
+	err := c.run(ctx, volumeID, func(ctx context.Context, f publock.Files) error {
+		took, err := f.Take(ctx, publock.Name(subDir), volumeID)
+		if took != "" {
+			klog.Warningf("volume %s: took over the claim of node %q, not renewed for %s (that node is gone or lost the volume)", volumeID, took, c.lapse)
+		}
+		return err
+	})
+	var held *publock.HeldError
+	if errors.As(err, &held) {
+		return fault.New(fault.FailedPrecondition, "volume %q is single-node (ReadWriteOnce, ReadWriteOncePod or ReadOnlyOnce) and %v; retry once it is unpublished there", volumeID, held)
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.held[volumeID]
+	if h == nil {
+		h = &heldClaim{SubDir: subDir, Targets: map[string]bool{}}
+		c.held[volumeID] = h
+	}
+	if !h.Targets[target] {
+		h.Targets[target] = true
+		c.takens.Add(1)
+		c.saveLocked()
+	}
+	return nil
+}
+
+// release drops target from volumeID's claim and drops the claim with its
+// last target; a drop that fails is tried again by renew.
+func (c *nodeClaims) release(ctx context.Context, volumeID, target string) {
+	c.mu.Lock()
+	h := c.held[volumeID]
+	if h == nil {
+		c.mu.Unlock()
+		return
+	}
+	delete(h.Targets, target)
+	last := len(h.Targets) == 0
+	c.saveLocked()
+	c.mu.Unlock()
+	if last {
+		c.drop(ctx, volumeID, h)
+	}
+}
+
+func (c *nodeClaims) drop(ctx context.Context, volumeID string, h *heldClaim) {
+	err := c.run(ctx, volumeID, func(ctx context.Context, f publock.Files) error {
+		return f.Drop(ctx, publock.Name(h.SubDir))
+	})
+	if err != nil {
+		klog.Warningf("volume %s: dropping its claim: %v; tried again in %s", volumeID, err, c.lapse/3)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[volumeID] == h && len(h.Targets) == 0 {
+		delete(c.held, volumeID)
+		c.saveLocked()
+	}
+}
+
+// renew renews every claim whose volume still has a target mounted here,
+// forgets targets no longer mounted and drops claims left without any.
+func (c *nodeClaims) renew(ctx context.Context) {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.held))
+	for id := range c.held {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	sort.Strings(ids)
+	for _, id := range ids {
+		c.mu.Lock()
+		h := c.held[id]
+		var targets []string
+		if h != nil {
+			for t := range h.Targets {
+				targets = append(targets, t)
+			}
+		}
+		c.mu.Unlock()
+		if h == nil {
+			continue
+		}
+		for _, t := range targets {
+			if ok, err := c.mounted(t); err == nil && !ok {
+				klog.Infof("volume %s: target %s is no longer mounted; its claim is not kept for it", id, t)
+				c.mu.Lock()
+				delete(h.Targets, t)
+				c.saveLocked()
+				c.mu.Unlock()
+			}
+		}
+		c.mu.Lock()
+		empty := len(h.Targets) == 0
+		c.mu.Unlock()
+		if empty {
+			c.drop(ctx, id, h)
+			continue
+		}
+		err := c.run(ctx, id, func(ctx context.Context, f publock.Files) error {
+			return f.Renew(ctx, publock.Name(h.SubDir), id)
+		})
+		var held *publock.HeldError
+		switch {
+		case errors.As(err, &held):
+			c.lost.Add(1)
+			klog.Errorf("volume %s: LOST its claim while mounted here: %v; this node's claim had lapsed (the plugin was down or the server unreachable for %s), and two nodes now have a single-node volume", id, held, c.lapse)
+			c.mu.Lock()
+			delete(c.held, id)
+			c.saveLocked()
+			c.mu.Unlock()
+		case err != nil:
+			klog.Warningf("volume %s: renewing its claim: %v", id, err)
+		}
+	}
+}
+
+// loop renews the claims every third of the lapse until ctx ends; the
+// first pass runs at once (after a restart).
+func (c *nodeClaims) loop(ctx context.Context) {
+	for {
+		c.renew(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.lapse / 3):
+		}
+	}
+}
+
+// count is how many claims the node holds.
+func (c *nodeClaims) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
+}

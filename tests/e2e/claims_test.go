@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/pkg/publock"
+	"github.com/nfsdir/nfsdir/tests/lab"
+)
+
+// claimOnServer returns the claim file of volume v as the server has it.
+func claimOnServer(t *testing.T, v *csi.Volume) string {
+	t.Helper()
+	sub := v.GetVolumeContext()["subDir"]
+	if sub == "" {
+		t.Fatalf("volume context without subdir: %v", v.GetVolumeContext())
+	}
+	b, err := os.ReadFile(onExport(filepath.Join(".nfsdir", publock.Dir, publock.Name(sub))))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSingleNodeVolumeOnOneNodeAtATime: two node plugins (two processes
+// with their own node IDs and state, as two machines would run them) on
+// real NFS. A ReadWriteOnce volume published by one is refused to the
+// other, FailedPrecondition naming the holder, with nothing mounted; a
+// ReadWriteMany volume is published by both. The holder killed and
+// restarted keeps its claim (renewed from its claims file past the lapse);
+// killed for good, its claim lapses and the other node takes the volume,
+// and the restarted first one logs that it lost it. The last unpublish
+// frees the claim on the server.
+func TestSingleNodeVolumeOnOneNodeAtATime(t *testing.T) {
+	lab.Require(t)
+	const lapse = 6 * time.Second
+	a := lab.StartBinary(t, "", "--claim-lapse="+lapse.String())
+	b := lab.StartBinary(t, "", "--mode=node", "--node-id=lab-node-2", "--claim-lapse="+lapse.String())
+	ca, cb := lab.Connect(t, a.Endpoint), lab.Connect(t, b.Endpoint)
+
+	rwo := lab.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, "nfsvers=4.1")
+	v := ca.Create(t, "pvc-claims-rwo", params(), rwo)
+	ta, tb := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	ca.Publish(t, v, ta, rwo, false)
+	ca.Publish(t, v, ta, rwo, false) // idempotent
+	if c := claimOnServer(t, v); !strings.Contains(c, `"node":"lab-node"`) {
+		t.Fatalf("claim on the server after the publish: %q", c)
+	}
+	refused := func(why string) {
+		t.Helper()
+		err := cb.TryPublish(lab.Ctx(t, time.Minute), v, tb, rwo, false)
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `"lab-node"`) {
+			t.Fatalf("%s: publish on the second node = %v, want FailedPrecondition naming lab-node", why, err)
+		}
+		if lab.MountInfo(t, tb) != "" {
+			t.Fatalf("%s: the refused publish mounted %s", why, tb)
+		}
+	}
+	refused("live claim")
+	for _, mode := range []csi.VolumeCapability_AccessMode_Mode{csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY} {
+		err := cb.TryPublish(lab.Ctx(t, time.Minute), v, tb, lab.MountCap(mode, "nfsvers=4.1"), mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("publish as %s on the second node = %v, want FailedPrecondition", mode, err)
+		}
+	}
+
+	rwx := lab.RWX("nfsvers=4.1")
+	w := ca.Create(t, "pvc-claims-rwx", params(), rwx)
+	wa, wb := filepath.Join(t.TempDir(), "wa"), filepath.Join(t.TempDir(), "wb")
+	ca.Publish(t, w, wa, rwx, false)
+	cb.Publish(t, w, wb, rwx, false)
+	if c := claimOnServer(t, w); c != "" {
+		t.Errorf("a ReadWriteMany volume got a claim: %q", c)
+	}
+
+	// The first node's plugin killed and restarted: its mount stays, and
+	// so does its claim, renewed from its claims file.
+	a.Kill()
+	refused("holder's plugin killed, within the lapse")
+	if err := a.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lapse + 2*time.Second)
+	refused("holder's plugin restarted, past the lapse")
+
+	// Killed for good (a dead node): the claim lapses and the second node
+	// takes the volume.
+	a.Kill()
+	deadline := time.Now().Add(3 * lapse)
+	for {
+		err := cb.TryPublish(lab.Ctx(t, time.Minute), v, tb, rwo, false)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.FailedPrecondition || time.Now().After(deadline) {
+			t.Fatalf("publish on the second node after the holder died: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	if c := claimOnServer(t, v); !strings.Contains(c, `"node":"lab-node-2"`) {
+		t.Fatalf("claim on the server after the takeover: %q", c)
+	}
+	if err := a.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	for until := time.Now().Add(2 * lapse); ; time.Sleep(500 * time.Millisecond) {
+		if log, _ := os.ReadFile(a.Log); strings.Contains(string(log), "LOST its claim") {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatal("the restarted first node did not log the claim it lost")
+		}
+	}
+	cb.Unpublish(t, v, tb)
+	if c := claimOnServer(t, v); c != "" {
+		t.Errorf("claim on the server after the last unpublish: %q", c)
+	}
+	// The first node's left-over mount: unpublished, the claim it no
+	// longer holds stays free, and the second node publishes again.
+	ca.Unpublish(t, v, ta)
+	cb.Publish(t, v, tb, rwo, false)
+	cb.Unpublish(t, v, tb)
+	ca.Unpublish(t, w, wa)
+	cb.Unpublish(t, w, wb)
+	ca.Delete(t, v)
+	ca.Delete(t, w)
+}
