@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,6 +210,8 @@ func (c *nodeClaims) drop(ctx context.Context, volumeID string, h *heldClaim) {
 
 // renew renews every claim whose volume still has a target mounted here,
 // forgets targets no longer mounted and drops claims left without any.
+// Each claim is renewed on its own, so a share whose server does not
+// answer delays no other share's renewals past their lapse.
 func (c *nodeClaims) renew(ctx context.Context) {
 	c.mu.Lock()
 	ids := make([]string, 0, len(c.held))
@@ -218,51 +219,62 @@ func (c *nodeClaims) renew(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	c.mu.Unlock()
-	sort.Strings(ids)
+	var wg sync.WaitGroup
 	for _, id := range ids {
-		c.mu.Lock()
-		h := c.held[id]
-		var targets []string
-		if h != nil {
-			for t := range h.Targets {
-				targets = append(targets, t)
-			}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.renewOne(ctx, id)
+		}()
+	}
+	wg.Wait()
+}
+
+func (c *nodeClaims) renewOne(ctx context.Context, id string) {
+	c.mu.Lock()
+	h := c.held[id]
+	var targets []string
+	if h != nil {
+		for t := range h.Targets {
+			targets = append(targets, t)
 		}
-		c.mu.Unlock()
-		if h == nil {
-			continue
-		}
-		for _, t := range targets {
-			if ok, err := c.mounted(t); err == nil && !ok {
-				klog.Infof("volume %s: target %s is no longer mounted; its claim is not kept for it", id, t)
-				c.mu.Lock()
-				delete(h.Targets, t)
-				c.saveLocked()
-				c.mu.Unlock()
-			}
-		}
-		c.mu.Lock()
-		empty := len(h.Targets) == 0
-		c.mu.Unlock()
-		if empty {
-			c.drop(ctx, id, h)
-			continue
-		}
-		err := c.run(ctx, id, func(ctx context.Context, f publock.Files) error {
-			return f.Renew(ctx, publock.Name(h.SubDir), id)
-		})
-		var held *publock.HeldError
-		switch {
-		case errors.As(err, &held):
-			c.lost.Add(1)
-			klog.Errorf("volume %s: LOST its claim while mounted here: %v; this node's claim had lapsed (the plugin was down or the server unreachable for %s), and two nodes now have a single-node volume", id, held, c.lapse)
+	}
+	c.mu.Unlock()
+	if h == nil {
+		return
+	}
+	for _, t := range targets {
+		if ok, err := c.mounted(t); err == nil && !ok {
+			klog.Infof("volume %s: target %s is no longer mounted; its claim is not kept for it", id, t)
 			c.mu.Lock()
-			delete(c.held, id)
+			delete(h.Targets, t)
 			c.saveLocked()
 			c.mu.Unlock()
-		case err != nil:
-			klog.Warningf("volume %s: renewing its claim: %v", id, err)
 		}
+	}
+	c.mu.Lock()
+	empty := len(h.Targets) == 0
+	c.mu.Unlock()
+	if empty {
+		c.drop(ctx, id, h)
+		return
+	}
+	err := c.run(ctx, id, func(ctx context.Context, f publock.Files) error {
+		return f.Renew(ctx, publock.Name(h.SubDir), id)
+	})
+	var held *publock.HeldError
+	switch {
+	case errors.As(err, &held):
+		c.lost.Add(1)
+		klog.Errorf("volume %s: LOST its claim while mounted here: %v; this node's claim had lapsed (the plugin was down or the server unreachable for %s), and two nodes now have a single-node volume", id, held, c.lapse)
+		c.mu.Lock()
+		if c.held[id] == h {
+			delete(c.held, id)
+			c.saveLocked()
+		}
+		c.mu.Unlock()
+	case err != nil:
+		klog.Warningf("volume %s: renewing its claim: %v", id, err)
 	}
 }
 

@@ -8,10 +8,15 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 )
+
+// noLocks logs once that a share's claims cannot be locked.
+var noLocks sync.Once
 
 // lockPoll is how often a busy claim file's lock is tried again; another
 // node holds it only while it reads or writes the claim.
@@ -118,6 +123,16 @@ func (f Files) lock(ctx context.Context, name string, create bool) (*os.File, er
 		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart}
 		err := unix.FcntlFlock(file.Fd(), unix.F_OFD_SETLK, &lk)
 		if err == nil {
+			return file, nil
+		}
+		if errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) {
+			// No NFS locks here (NFSv3 without rpc.statd on the node,
+			// or a nolock mount): the claim still refuses other nodes,
+			// but two nodes taking a free claim in the same instant
+			// could both win; the loser finds out at its next renewal.
+			noLocks.Do(func() {
+				klog.Warningf("claims of single-node volumes: the NFS client cannot lock %s (%v; on NFSv3 the node needs rpc.statd); claims are taken without the lock", name, err)
+			})
 			return file, nil
 		}
 		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EINTR) {

@@ -412,8 +412,13 @@ func (s *Set) Claims(ctx context.Context, id volumeid.ID, fn func(*os.Root) erro
 		if err != nil {
 			return err
 		}
-		if _, err = view.Root().Lstat(sharemount.ClaimsDir); errors.Is(err, fs.ErrNotExist) {
+		st, err := view.Root().Lstat(sharemount.ClaimsDir)
+		if errors.Is(err, fs.ErrNotExist) {
 			return ErrNoClaims
+		}
+		if err == nil && !st.IsDir() {
+			// The controller refuses such a share too (OpenArea).
+			return fault.New(fault.FailedPrecondition, "share %s: %s is not a directory (%s); nfsdir will not write claims through it", id.Export, sharemount.ClaimsDir, st.Mode().Type())
 		}
 		var share *Share
 		if err == nil {

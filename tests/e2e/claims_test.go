@@ -132,3 +132,32 @@ func TestSingleNodeVolumeOnOneNodeAtATime(t *testing.T) {
 	ca.Delete(t, v)
 	ca.Delete(t, w)
 }
+
+// TestSingleNodeVolumeOnNFSv3: the claims of a share mounted with NFSv3
+// are locked through lockd as well, and refuse a second node.
+func TestSingleNodeVolumeOnNFSv3(t *testing.T) {
+	lab.Require(t)
+	a := lab.StartBinary(t, "")
+	b := lab.StartBinary(t, "", "--mode=node", "--node-id=lab-node-2")
+	ca, cb := lab.Connect(t, a.Endpoint), lab.Connect(t, b.Endpoint)
+	rwo := lab.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "nfsvers=3")
+	v := ca.Create(t, "pvc-claims-v3", params(), rwo)
+	ta, tb := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	ca.Publish(t, v, ta, rwo, false)
+	if line := lab.MountInfo(t, ta); !strings.Contains(line, "vers=3") {
+		t.Fatalf("not an NFSv3 mount: %s", line)
+	}
+	err := cb.TryPublish(lab.Ctx(t, time.Minute), v, tb, rwo, false)
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("publish on the second node = %v, want FailedPrecondition", err)
+	}
+	for _, p := range []*lab.Process{a, b} {
+		if log, _ := os.ReadFile(p.Log); strings.Contains(string(log), "cannot lock") {
+			t.Errorf("claims taken without NFS locks: %s", log)
+		}
+	}
+	ca.Unpublish(t, v, ta)
+	cb.Publish(t, v, tb, rwo, false)
+	cb.Unpublish(t, v, tb)
+	ca.Delete(t, v)
+}
