@@ -51,11 +51,10 @@ type nodeClaims struct {
 
 	inflight keylock.Set // by volume ID: one claim operation at a time
 
-	mu     sync.Mutex
-	held   map[string]*heldClaim // by volume ID
-	noDir  map[string]bool       // exports already logged as having no claims directory
-	lost   atomic.Int64
-	takens atomic.Int64
+	mu    sync.Mutex
+	held  map[string]*heldClaim // by volume ID
+	noDir map[string]bool       // exports already logged as having no claims directory
+	lost  atomic.Int64
 }
 
 // heldClaim is one claim and the targets it is held for.
@@ -143,35 +142,36 @@ func (c *nodeClaims) run(ctx context.Context, volumeID string, op func(context.C
 }
 
 // take claims volumeID (its directory subDir on the share) for target. A
-// live claim of another node is FailedPrecondition naming the node.
+// live claim of another node is FailedPrecondition naming the node. The
+// target is added while the volume's claim operation is still the only
+// one, so a drop that follows sees it and keeps the claim.
 func (c *nodeClaims) take(ctx context.Context, volumeID, subDir, target string) error {
 	err := c.run(ctx, volumeID, func(ctx context.Context, f publock.Files) error {
 		took, err := f.Take(ctx, publock.Name(subDir), volumeID)
+		if err != nil {
+			return err
+		}
 		if took != "" {
 			klog.Warningf("volume %s: took over the claim of node %q, not renewed for %s (that node is gone or lost the volume)", volumeID, took, c.lapse)
 		}
-		return err
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		h := c.held[volumeID]
+		if h == nil {
+			h = &heldClaim{SubDir: subDir, Targets: map[string]bool{}}
+			c.held[volumeID] = h
+		}
+		if !h.Targets[target] {
+			h.Targets[target] = true
+			c.saveLocked()
+		}
+		return nil
 	})
 	var held *publock.HeldError
 	if errors.As(err, &held) {
 		return fault.New(fault.FailedPrecondition, "volume %q is single-node (ReadWriteOnce, ReadWriteOncePod or ReadOnlyOnce) and %v; retry once it is unpublished there", volumeID, held)
 	}
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h := c.held[volumeID]
-	if h == nil {
-		h = &heldClaim{SubDir: subDir, Targets: map[string]bool{}}
-		c.held[volumeID] = h
-	}
-	if !h.Targets[target] {
-		h.Targets[target] = true
-		c.takens.Add(1)
-		c.saveLocked()
-	}
-	return nil
+	return err
 }
 
 // release drops target from volumeID's claim and drops the claim with its
@@ -192,8 +192,15 @@ func (c *nodeClaims) release(ctx context.Context, volumeID, target string) {
 	}
 }
 
+// drop frees the claim of h unless a target was added meanwhile.
 func (c *nodeClaims) drop(ctx context.Context, volumeID string, h *heldClaim) {
 	err := c.run(ctx, volumeID, func(ctx context.Context, f publock.Files) error {
+		c.mu.Lock()
+		busy := len(h.Targets) > 0 || c.held[volumeID] != h
+		c.mu.Unlock()
+		if busy {
+			return nil
+		}
 		return f.Drop(ctx, publock.Name(h.SubDir))
 	})
 	if err != nil {

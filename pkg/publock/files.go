@@ -36,17 +36,11 @@ type Files struct {
 // names the node whose lapsed claim was taken over, if any. ctx bounds the
 // wait for the claim file's lock.
 func (f Files) Take(ctx context.Context, name, volume string) (took string, err error) {
-	file, err := f.lock(ctx, name, true)
+	file, cur, err := f.open(ctx, name, true)
 	if err != nil {
 		return "", err
 	}
 	defer file.Close() // releases the lock
-	cur, err := read(file)
-	if err != nil && !errors.Is(err, ErrUnreadable) {
-		return "", err
-	}
-	// An unreadable claim is a write cut in the middle; whoever made it
-	// takes it again at its next renewal or publish.
 	if !cur.Free() && cur.Node != f.Node {
 		live, err := f.live(file)
 		if err != nil {
@@ -65,15 +59,11 @@ func (f Files) Take(ctx context.Context, name, volume string) (took string, err 
 // lapsed) is a *HeldError and is left alone; a missing or free one is taken
 // again.
 func (f Files) Renew(ctx context.Context, name, volume string) error {
-	file, err := f.lock(ctx, name, true)
+	file, cur, err := f.open(ctx, name, true)
 	if err != nil {
 		return err
 	}
 	defer file.Close()
-	cur, err := read(file)
-	if err != nil && !errors.Is(err, ErrUnreadable) {
-		return err
-	}
 	if !cur.Free() && cur.Node != f.Node {
 		return &HeldError{Claim: cur, Name: name}
 	}
@@ -86,7 +76,7 @@ func (f Files) Renew(ctx context.Context, name, volume string) error {
 // Drop frees the claim name if the node holds it; another node's claim, or
 // none, is left as it is.
 func (f Files) Drop(ctx context.Context, name string) error {
-	file, err := f.lock(ctx, name, false)
+	file, cur, err := f.open(ctx, name, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -94,10 +84,6 @@ func (f Files) Drop(ctx context.Context, name string) error {
 		return err
 	}
 	defer file.Close()
-	cur, err := read(file)
-	if err != nil && !errors.Is(err, ErrUnreadable) {
-		return err
-	}
 	if cur.Node != f.Node {
 		return nil
 	}
@@ -105,6 +91,22 @@ func (f Files) Drop(ctx context.Context, name string) error {
 		return fmt.Errorf("free claim %s: %w", name, err)
 	}
 	return file.Sync()
+}
+
+// open locks the claim file name (lock) and reads the claim in it. An
+// unreadable claim is a write cut in the middle, and reads as free:
+// whoever made it takes it again at its next renewal or publish.
+func (f Files) open(ctx context.Context, name string, create bool) (*os.File, Claim, error) {
+	file, err := f.lock(ctx, name, create)
+	if err != nil {
+		return nil, Claim{}, err
+	}
+	cur, err := read(file)
+	if err != nil && !errors.Is(err, ErrUnreadable) {
+		file.Close()
+		return nil, Claim{}, err
+	}
+	return file, cur, nil
 }
 
 // lock opens the claim file name (creating it if create) and takes an

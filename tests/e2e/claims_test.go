@@ -29,6 +29,16 @@ func claimOnServer(t *testing.T, v *csi.Volume) string {
 	return string(b)
 }
 
+// twoNodes starts two node plugins as two machines would run them: a
+// (controller and node lab-node) and b (node lab-node-2), each with its
+// own state, with extra flags for both.
+func twoNodes(t *testing.T, extra ...string) (a, b *lab.Process, ca, cb *lab.Client) {
+	lab.Require(t)
+	a = lab.StartBinary(t, "", extra...)
+	b = lab.StartBinary(t, "", append([]string{"--mode=node", "--node-id=lab-node-2"}, extra...)...)
+	return a, b, lab.Connect(t, a.Endpoint), lab.Connect(t, b.Endpoint)
+}
+
 // TestSingleNodeVolumeOnOneNodeAtATime: two node plugins (two processes
 // with their own node IDs and state, as two machines would run them) on
 // real NFS. A ReadWriteOnce volume published by one is refused to the
@@ -39,11 +49,8 @@ func claimOnServer(t *testing.T, v *csi.Volume) string {
 // and the restarted first one logs that it lost it. The last unpublish
 // frees the claim on the server.
 func TestSingleNodeVolumeOnOneNodeAtATime(t *testing.T) {
-	lab.Require(t)
 	const lapse = 6 * time.Second
-	a := lab.StartBinary(t, "", "--claim-lapse="+lapse.String())
-	b := lab.StartBinary(t, "", "--mode=node", "--node-id=lab-node-2", "--claim-lapse="+lapse.String())
-	ca, cb := lab.Connect(t, a.Endpoint), lab.Connect(t, b.Endpoint)
+	a, _, ca, cb := twoNodes(t, "--claim-lapse="+lapse.String())
 
 	rwo := lab.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, "nfsvers=4.1")
 	v := ca.Create(t, "pvc-claims-rwo", params(), rwo)
@@ -136,10 +143,7 @@ func TestSingleNodeVolumeOnOneNodeAtATime(t *testing.T) {
 // TestSingleNodeVolumeOnNFSv3: the claims of a share mounted with NFSv3
 // are locked through lockd as well, and refuse a second node.
 func TestSingleNodeVolumeOnNFSv3(t *testing.T) {
-	lab.Require(t)
-	a := lab.StartBinary(t, "")
-	b := lab.StartBinary(t, "", "--mode=node", "--node-id=lab-node-2")
-	ca, cb := lab.Connect(t, a.Endpoint), lab.Connect(t, b.Endpoint)
+	a, b, ca, cb := twoNodes(t)
 	rwo := lab.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "nfsvers=3")
 	v := ca.Create(t, "pvc-claims-v3", params(), rwo)
 	ta, tb := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
@@ -158,6 +162,41 @@ func TestSingleNodeVolumeOnNFSv3(t *testing.T) {
 	}
 	ca.Unpublish(t, v, ta)
 	cb.Publish(t, v, tb, rwo, false)
+	cb.Unpublish(t, v, tb)
+	ca.Delete(t, v)
+}
+
+// TestRestartedNodeDropsClaimsOfVanishedMounts: a node plugin restarted
+// after its mount went away meanwhile (kubelet cleaned up, the machine
+// rebooted) drops the claim at start-up, so another node gets the volume
+// at once rather than after the lapse.
+func TestRestartedNodeDropsClaimsOfVanishedMounts(t *testing.T) {
+	const lapse = time.Minute
+	a, _, ca, cb := twoNodes(t, "--claim-lapse="+lapse.String())
+	rwo := lab.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER, "nfsvers=4.2")
+	v := ca.Create(t, "pvc-claims-vanished", params(), rwo)
+	ta, tb := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	ca.Publish(t, v, ta, rwo, false)
+	a.Kill()
+	lab.Sh(t, "umount "+ta)
+	if err := cb.TryPublish(lab.Ctx(t, time.Minute), v, tb, rwo, false); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("publish on the second node while the claim is live = %v", err)
+	}
+	if err := a.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	for {
+		err := cb.TryPublish(lab.Ctx(t, time.Minute), v, tb, rwo, false)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.FailedPrecondition || time.Since(restarted) > lapse/2 {
+			t.Fatalf("publish on the second node after the first restarted without its mount: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("the second node published %s after the first node's plugin was ready again", time.Since(restarted).Round(time.Millisecond))
 	cb.Unpublish(t, v, tb)
 	ca.Delete(t, v)
 }

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -38,7 +40,10 @@ func TestDriverOnTwoNodes(t *testing.T) {
 	c.startNFSServer(false)
 	// The controller on lab-node: the worker guest is sized for the node
 	// plugin and the workloads only.
-	c.installDriver("--set", `controller.nodeSelector.kubernetes\.io/hostname=`+nodeName)
+	// Claims lapse after 120 s here: the replacement of a dead node's pod
+	// comes about a minute after the power-off, well inside the lapse,
+	// whenever in the renewal period the node died.
+	c.installDriver("--set", `controller.nodeSelector.kubernetes\.io/hostname=`+nodeName, "--set", "node.claimLapse=120s")
 	steps := []struct {
 		name string
 		run  func(*cluster)
@@ -46,6 +51,9 @@ func TestDriverOnTwoNodes(t *testing.T) {
 		{"ReadWriteManyAcrossNodes", (*cluster).readWriteManyAcrossNodes},
 		{"LocksAcrossNodes", (*cluster).locksAcrossNodes},
 		{"ReadWriteOncePodAcrossNodes", (*cluster).readWriteOncePodAcrossNodes},
+		{"ReadWriteOnceAcrossNodes", (*cluster).readWriteOnceAcrossNodes},
+		// Last: it turns lab-node-2 off and on again.
+		{"NodeKilledWithAVolume", (*cluster).nodeKilledWithAVolume},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) { s.run(c.in(t)) })
@@ -319,4 +327,196 @@ func (c *cluster) readWriteOncePodAcrossNodes() {
 		return strings.TrimSpace(string(b)) == "second", err
 	})
 	c.kube.CoreV1().Pods("default").Delete(ctx, "rwop-second", metav1.DeleteOptions{})
+}
+
+// claimOf returns the node that holds the claim of volume pv on the
+// server (.nfsdir/nodes, written by the node plugins), or "" when no
+// claim names it.
+func (c *cluster) claimOf(pv *corev1.PersistentVolume) string {
+	c.t.Helper()
+	dir := filepath.Join(serverDir, ".nfsdir", "nodes")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		c.t.Fatalf("claims on the server: %v", err)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "v-") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+			continue
+		}
+		var claim struct{ Node, Volume string }
+		if err := json.Unmarshal(b, &claim); err != nil {
+			c.t.Errorf("claim %s on the server: %q: %v", e.Name(), b, err)
+			continue
+		}
+		if claim.Volume == pv.Spec.CSI.VolumeHandle {
+			return claim.Node
+		}
+	}
+	return ""
+}
+
+// mountRefusals returns the FailedMount events of a pod.
+func (c *cluster) mountRefusals(name string) []string {
+	ev, err := c.kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedMount"})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ev.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+// readWriteOnceAcrossNodes: while a pod on lab-node uses a ReadWriteOnce
+// claim, a pod scheduled with it on lab-node-2 stays ContainerCreating:
+// that node's plugin refuses the mount (FailedMount, naming lab-node, whose
+// claim is on the server). Once the first pod is gone, the second runs and
+// the claim names lab-node-2; without pods, no claim names the volume.
+func (c *cluster) readWriteOnceAcrossNodes() {
+	ctx := context.Background()
+	c.create(c.testdata("two-nodes-rwo.yaml"))
+	c.podRunning("default", "rwo-first", 5*time.Minute)
+	pv := c.boundPV("default", "one-node")
+	if h := c.claimOf(pv); h != nodeName {
+		c.t.Fatalf("claim of %s while rwo-first runs: %q, want %s", pv.Name, h, nodeName)
+	}
+	c.create(c.testdata("two-nodes-rwo-second.yaml"))
+	var why []string
+	c.waitFor("rwo-second's mount refused on "+secondNode.name, 3*time.Minute, func() (bool, error) {
+		why = c.mountRefusals("rwo-second")
+		return len(why) > 0, nil
+	})
+	if !strings.Contains(why[0], `node \"`+nodeName+`\" has it published`) && !strings.Contains(why[0], `node "`+nodeName+`" has it published`) {
+		c.t.Errorf("the refusal does not name %s: %q", nodeName, why[0])
+	}
+	c.t.Logf("rwo-second: %s", why[0])
+	time.Sleep(10 * time.Second)
+	p, err := c.kube.CoreV1().Pods("default").Get(ctx, "rwo-second", metav1GetOptions)
+	if err != nil || p.Status.Phase != corev1.PodPending || p.Spec.NodeName != secondNode.name {
+		c.t.Fatalf("rwo-second while rwo-first runs: %v %s on %q; want Pending on %s", err, p.Status.Phase, p.Spec.NodeName, secondNode.name)
+	}
+	owner := filepath.Join(serverDir, "default", "one-node", "owner")
+	if b, _ := os.ReadFile(owner); strings.TrimSpace(string(b)) != "first" {
+		c.t.Fatalf("owner on the server while rwo-second waits: %q", b)
+	}
+	if err := c.kube.CoreV1().Pods("default").Delete(ctx, "rwo-first", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.podRunning("default", "rwo-second", 5*time.Minute)
+	c.waitFor("rwo-second wrote on the server", time.Minute, func() (bool, error) {
+		b, err := os.ReadFile(owner)
+		return strings.TrimSpace(string(b)) == "second", err
+	})
+	if h := c.claimOf(pv); h != secondNode.name {
+		c.t.Errorf("claim of %s while rwo-second runs: %q, want %s", pv.Name, h, secondNode.name)
+	}
+	c.kube.CoreV1().Pods("default").Delete(ctx, "rwo-second", metav1.DeleteOptions{})
+	c.waitFor("no claim of "+pv.Name+" once its pods are gone", 3*time.Minute, func() (bool, error) {
+		return c.claimOf(pv) == "", nil
+	})
+}
+
+// nodeKilledWithAVolume: lab-node-2's machine is turned off (its qemu
+// killed) while its pod has a ReadWriteOnce volume mounted and holds an
+// fcntl lock on it. The node goes NotReady, the pod is evicted (it
+// tolerates that for 5 s) and its replacement is scheduled on lab-node,
+// whose mount is refused while the dead node's claim has not lapsed; then
+// it runs, finds the 4 MiB fsynced before the power went off intact, and
+// gets the lock once the server's lease of the dead client ran out. The
+// machine comes back: lab-node-2 is Ready again, the dead pod's object is
+// cleaned up, and the claim stays lab-node's.
+func (c *cluster) nodeKilledWithAVolume() {
+	ctx := context.Background()
+	c.create(c.testdata("two-nodes-killed.yaml"))
+	dir := filepath.Join(serverDir, "default", "survivor")
+	lockedBy := func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, "locked-by"))
+		return strings.TrimSpace(string(b))
+	}
+	c.waitFor("the survivor pod holds its lock", 5*time.Minute, func() (bool, error) { return lockedBy() != "", nil })
+	if who := lockedBy(); who != secondNode.name {
+		c.t.Fatalf("the survivor pod runs on %q; its affinity prefers %s", who, secondNode.name)
+	}
+	pods, err := c.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=survivor"})
+	if err != nil || len(pods.Items) != 1 {
+		c.t.Fatalf("survivor pods: %v %v", pods, err)
+	}
+	dead := pods.Items[0]
+	pv := c.boundPV("default", "survivor")
+	if h := c.claimOf(pv); h != secondNode.name {
+		c.t.Fatalf("claim of %s before the power-off: %q", pv.Name, h)
+	}
+
+	killed := time.Now()
+	since := func() string { return fmt.Sprintf("%.0f s after the power-off", time.Since(killed).Seconds()) }
+	fmt.Println("NFSLAB-PEER=kill")
+	c.waitFor(secondNode.name+" not Ready", 5*time.Minute, func() (bool, error) {
+		n, err := c.kube.CoreV1().Nodes().Get(ctx, secondNode.name, metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status != corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	c.stage(secondNode.name + " not Ready, " + since())
+	var repl corev1.Pod
+	c.waitFor("a replacement pod on "+nodeName, 5*time.Minute, func() (bool, error) {
+		pods, err := c.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=survivor"})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Name != dead.Name && p.Spec.NodeName == nodeName {
+				repl = p
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	c.stage("replacement " + repl.Name + " scheduled on " + nodeName + ", " + since())
+	c.podRunning("default", repl.Name, 8*time.Minute)
+	c.stage("replacement running, " + since())
+	refusals := c.mountRefusals(repl.Name)
+	if len(refusals) == 0 || !strings.Contains(strings.Join(refusals, "\n"), secondNode.name) {
+		c.t.Errorf("the replacement's mount was never refused for %s's claim (events: %q)", secondNode.name, refusals)
+	}
+	c.waitFor("the replacement holds the lock", 5*time.Minute, func() (bool, error) { return lockedBy() == nodeName, nil })
+	c.stage("the replacement got the lock, " + since())
+	if b, err := os.ReadFile(filepath.Join(dir, "checked-on-"+nodeName)); err != nil || !strings.Contains(string(b), "synced: OK") || strings.Contains(string(b), "MISMATCH") {
+		c.t.Errorf("the fsynced data, checked by the replacement: %q %v", b, err)
+	}
+	if h := c.claimOf(pv); h != nodeName {
+		c.t.Errorf("claim of %s after the takeover: %q", pv.Name, h)
+	}
+
+	fmt.Println("NFSLAB-PEER=start")
+	c.workerReady()
+	c.stage(secondNode.name + " Ready again, " + since())
+	c.waitFor("the dead pod "+dead.Name+" cleaned up", 5*time.Minute, func() (bool, error) {
+		_, err := c.kube.CoreV1().Pods("default").Get(ctx, dead.Name, metav1GetOptions)
+		return apierrors.IsNotFound(err), nil
+	})
+	c.driverRunning("after " + secondNode.name + " came back")
+	time.Sleep(10 * time.Second)
+	if h := c.claimOf(pv); h != nodeName {
+		c.t.Errorf("claim of %s after %s came back: %q", pv.Name, secondNode.name, h)
+	}
+	if who := lockedBy(); who != nodeName {
+		c.t.Errorf("the lock after %s came back: %q", secondNode.name, who)
+	}
+	if err := c.kube.AppsV1().Deployments("default").Delete(ctx, "survivor", metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("no claim of "+pv.Name+" once the Deployment is gone", 3*time.Minute, func() (bool, error) {
+		return c.claimOf(pv) == "", nil
+	})
 }
