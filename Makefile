@@ -202,8 +202,10 @@ e2e: lab-image $(HELM)
 E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTINODE=1 \
 	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
 e2e-multinode: lab-image $(HELM)
+	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e-multinode)
 	rm -f bin/e2e-multinode/images/agnhost.tar
+	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-multinode/
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run 'TestDriverOnTwoNodes' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 

@@ -36,6 +36,7 @@ func TestDriverOnTwoNodes(t *testing.T) {
 		t.Skip("runs in the first lab guest of a two-node run: make e2e-multinode")
 	}
 	c := startClusterOn(t, firstNode, &secondNode)
+	c.tagE2EImages()
 	c.workerReady()
 	c.startNFSServer(false)
 	// The controller on lab-node: the worker guest is sized for the node
@@ -52,6 +53,7 @@ func TestDriverOnTwoNodes(t *testing.T) {
 		{"LocksAcrossNodes", (*cluster).locksAcrossNodes},
 		{"ReadWriteOncePodAcrossNodes", (*cluster).readWriteOncePodAcrossNodes},
 		{"ReadWriteOnceAcrossNodes", (*cluster).readWriteOnceAcrossNodes},
+		{"StorageSuiteAcrossNodes", (*cluster).storageSuiteAcrossNodes},
 		// Last: it turns lab-node-2 off and on again.
 		{"NodeKilledWithAVolume", (*cluster).nodeKilledWithAVolume},
 	}
@@ -78,6 +80,7 @@ func TestWorkerNode(t *testing.T) {
 	// What runs on a worker: the node plugin and workload pods (the
 	// controller and the NFS server stay on lab-node).
 	c.startContainerd(secondNode.podRange, "pause", "nfsdir", "registrar", "livenessprobe", "busybox")
+	c.tagE2EImages()
 	c.startKubelet(filepath.Join(c.dir, "kubelet.kubeconfig"), secondNode)
 	c.stage("kubelet started")
 	for { // until the guest is turned off
@@ -519,4 +522,25 @@ func (c *cluster) nodeKilledWithAVolume() {
 	c.waitFor("no claim of "+pv.Name+" once the Deployment is gone", 3*time.Minute, func() (bool, error) {
 		return c.claimOf(pv) == "", nil
 	})
+}
+
+// multiNodeSpecs selects the storage suite's specs that need two nodes:
+// the multiVolume tests that put their pods on different nodes (on one
+// node they skip with "fewer than 2 nodes").
+const multiNodeSpecs = `External.Storage.*nfsdir\.csi\.io.*on different node`
+
+// storageSuiteAcrossNodes runs the storage suite's multi-node specs on the
+// two nodes: each that runs must pass, and at least the two that only
+// wanted a second node (the concurrent access from pods on different
+// nodes, and two volumes across pod re-creation on another node) run.
+func (c *cluster) storageSuiteAcrossNodes() {
+	sum := c.runStorageSuite(multiNodeSpecs, suiteSkip, 2, 15*time.Minute, filepath.Join(c.dir, "storage-e2e"))
+	if sum.passed < 2 {
+		c.t.Errorf("%d multi-node specs passed, want at least 2", sum.passed)
+	}
+	for r := range sum.skipReasons {
+		if strings.Contains(r, "node") && strings.Contains(r, "2") {
+			c.t.Errorf("a multi-node spec still skipped for want of nodes: %q", r)
+		}
+	}
 }

@@ -58,9 +58,7 @@ func TestKubernetesStorageSuite(t *testing.T) {
 		t.Skip("runs in the lab guest: make e2e-storage")
 	}
 	c := startCluster(t)
-	for name, from := range e2eImages {
-		c.ctr("-n", "k8s.io", "images", "tag", from, name)
-	}
+	c.tagE2EImages()
 	c.startNFSServer(false)
 	// The directory the declared inline ephemeral volume mounts: nfsdir
 	// mounts an inline volume's directory, it never creates one.
@@ -74,8 +72,6 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	if s := os.Getenv("NFSDIR_E2E_SKIP"); s != "" {
 		skip = s
 	}
-	report := "/out/storage-e2e"
-	os.MkdirAll(report, 0o755)
 	procs := 3
 	if n, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_PROCS")); err == nil && n > 0 {
 		procs = n
@@ -84,6 +80,24 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	if m, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_MINUTES")); err == nil && m > 0 {
 		limit = time.Duration(m) * time.Minute
 	}
+	c.runStorageSuite(focus, skip, procs, limit, "/out/storage-e2e")
+}
+
+// tagE2EImages tags the lab's images with the names the storage suite's
+// pods use, on this guest's containerd.
+func (c *cluster) tagE2EImages() {
+	for name, from := range e2eImages {
+		c.ctr("-n", "k8s.io", "images", "tag", from, name)
+	}
+}
+
+// runStorageSuite runs the storage suite's specs that match focus and not
+// skip, procs at a time, for at most limit, with its report in dir; it
+// fails the test when a spec fails or none passes, and returns the run's
+// summary.
+func (c *cluster) runStorageSuite(focus, skip string, procs int, limit time.Duration, report string) suiteSummary {
+	t := c.t
+	os.MkdirAll(report, 0o755)
 	driverDef, _ := filepath.Abs(filepath.Join("testdata", "storage-e2e-driver.yaml"))
 	// Ginkgo stops at limit and reports; the context is the backstop.
 	ctx, cancel := context.WithTimeout(context.Background(), limit+5*time.Minute)
@@ -132,6 +146,7 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	if sum.passed == 0 {
 		t.Error("no spec of the storage e2e suite passed")
 	}
+	return sum
 }
 
 // suiteSummary is the last summary a Ginkgo run printed, with the reasons
