@@ -43,7 +43,7 @@ func singleNode(c *csi.VolumeCapability) bool {
 // target. What it holds is kept in a file, so a restarted node plugin
 // renews the claims of the mounts it left in place.
 type nodeClaims struct {
-	views   *shares.Set
+	views   claimsOn
 	node    string
 	lapse   time.Duration
 	file    string
@@ -55,6 +55,12 @@ type nodeClaims struct {
 	held  map[string]*heldClaim // by volume ID
 	noDir map[string]bool       // exports already logged as having no claims directory
 	lost  atomic.Int64
+}
+
+// claimsOn reaches the claims directory of a volume's share
+// (shares.Set.Claims).
+type claimsOn interface {
+	Claims(ctx context.Context, id volumeid.ID, fn func(*os.Root) error) error
 }
 
 // heldClaim is one claim and the targets it is held for.

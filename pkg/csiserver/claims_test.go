@@ -1,0 +1,158 @@
+package csiserver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/shares"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+)
+
+// claimsDir is one share's claims directory on the local disk.
+type claimsDir struct{ root *os.Root }
+
+func (d claimsDir) Claims(_ context.Context, _ volumeid.ID, fn func(*os.Root) error) error {
+	if d.root == nil {
+		return shares.ErrNoClaims
+	}
+	return fn(d.root)
+}
+
+// mountTable is what the fake nodes have mounted.
+type mountTable struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (t *mountTable) set(target string, on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]bool{}
+	}
+	t.m[target] = on
+}
+
+func (t *mountTable) mounted(target string) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[target], nil
+}
+
+func testVolumeID(t *testing.T) string {
+	t.Helper()
+	e, err := export.New("192.0.2.1", "/share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return volumeid.ID{Export: e, Key: "abcdefghijklmnopqrst", Token: "abcdefgh"}.String()
+}
+
+func newClaims(t *testing.T, dir claimsOn, node, file string, mt *mountTable) *nodeClaims {
+	c := &nodeClaims{views: dir, node: node, lapse: time.Minute, file: file, mounted: mt.mounted}
+	c.restore()
+	return c
+}
+
+func wantCode(t *testing.T, what string, err error, code codes.Code) {
+	t.Helper()
+	if got := status.Code(toStatus(err)); got != code {
+		t.Fatalf("%s: %v (%s), want %s", what, err, got, code)
+	}
+}
+
+func TestClaimsKeepAVolumeOnOneNode(t *testing.T) {
+	ctx := context.Background()
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	dir := claimsDir{root}
+	state := t.TempDir()
+	mt := &mountTable{}
+	a := newClaims(t, dir, "node-a", filepath.Join(state, "a.json"), mt)
+	b := newClaims(t, dir, "node-b", filepath.Join(state, "b.json"), &mountTable{})
+	vol := testVolumeID(t)
+
+	wantCode(t, "a takes", a.take(ctx, vol, "team/data", "/t/a1"), codes.OK)
+	wantCode(t, "a takes for a second target", a.take(ctx, vol, "team/data", "/t/a2"), codes.OK)
+	wantCode(t, "b takes", b.take(ctx, vol, "team/data", "/t/b"), codes.FailedPrecondition)
+	wantCode(t, "b takes the same directory spelled otherwise", b.take(ctx, vol, "/team//data/", "/t/b"), codes.FailedPrecondition)
+	mt.set("/t/a1", true)
+	mt.set("/t/a2", true)
+
+	// Restarted: the claims file gives the claims back, renewed while
+	// their targets stay mounted.
+	a = newClaims(t, dir, "node-a", filepath.Join(state, "a.json"), mt)
+	if a.count() != 1 {
+		t.Fatalf("a holds %d claims after the restart", a.count())
+	}
+	a.renew(ctx)
+	wantCode(t, "b takes after a's restart", b.take(ctx, vol, "team/data", "/t/b"), codes.FailedPrecondition)
+
+	a.release(ctx, vol, "/t/a1")
+	wantCode(t, "b takes while a keeps a target", b.take(ctx, vol, "team/data", "/t/b"), codes.FailedPrecondition)
+	// The other target went away without an unpublish (kubelet cleaned
+	// up): the next renewal drops the claim.
+	mt.set("/t/a2", false)
+	a.renew(ctx)
+	if a.count() != 0 {
+		t.Fatalf("a still holds %d claims", a.count())
+	}
+	wantCode(t, "b takes once a's mounts are gone", b.take(ctx, vol, "team/data", "/t/b"), codes.OK)
+	wantCode(t, "a takes b's claim", a.take(ctx, vol, "team/data", "/t/a1"), codes.FailedPrecondition)
+	if a.count() != 0 {
+		t.Fatal("a refused claim is held")
+	}
+}
+
+func TestClaimsWithoutAClaimsDirectoryAreNotEnforced(t *testing.T) {
+	c := newClaims(t, claimsDir{}, "node-a", filepath.Join(t.TempDir(), "a.json"), &mountTable{})
+	vol := testVolumeID(t)
+	wantCode(t, "take without a claims directory", c.take(context.Background(), vol, "x", "/t"), codes.OK)
+	wantCode(t, "take of a volume without an nfsdir ID", c.take(context.Background(), "static-volume", "x", "/t"), codes.OK)
+}
+
+func TestConcurrentPublishesOfOneVolumeOnOneNode(t *testing.T) {
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	c := newClaims(t, claimsDir{root}, "node-a", filepath.Join(t.TempDir(), "a.json"), &mountTable{})
+	vol := testVolumeID(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			target := filepath.Join("/t", string(rune('a'+i)))
+			for {
+				err := c.take(context.Background(), vol, "x", target)
+				if status.Code(toStatus(err)) == codes.Aborted {
+					continue // one claim operation at a time; kubelet retries
+				}
+				if err != nil {
+					t.Error(err)
+				}
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	c.mu.Lock()
+	n := len(c.held[vol].Targets)
+	c.mu.Unlock()
+	if n != 8 {
+		t.Fatalf("%d targets held, want 8", n)
+	}
+}
