@@ -22,7 +22,7 @@ import (
 
 // claimTimeout bounds one claim operation on the share; one stuck on a
 // dead server is left to finish in the background, at most one per volume.
-const claimTimeout = 15 * time.Second
+var claimTimeout = 15 * time.Second
 
 // singleNode reports whether an access mode allows the volume on one node
 // only, which nfsdir enforces across nodes with claims.
@@ -119,18 +119,25 @@ func (c *nodeClaims) run(ctx context.Context, volumeID string, op func(context.C
 		return fault.New(fault.Aborted, "a claim operation on volume %q is still in progress (is its NFS server answering?); retry later", volumeID)
 	}
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel() // an operation still running stops waiting for a lock
 	done := make(chan error, 1)
 	go func() {
-		defer c.inflight.Release(volumeID)
-		defer cancel()
-		done <- c.views.Claims(ctx, id, func(root *os.Root) error {
+		err := c.views.Claims(ctx, id, func(root *os.Root) error {
 			return op(ctx, publock.Files{Root: root, Node: c.node, Lapse: c.lapse})
 		})
+		// Free before the answer: a call that follows at once must
+		// find the volume free.
+		c.inflight.Release(volumeID)
+		done <- err
 	}()
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		err = fault.New(fault.Unavailable, "the NFS server of volume %q does not answer (claim of a single-node volume)", volumeID)
+		select {
+		case err = <-done: // finished as time ran out: its answer counts
+		default:
+			err = fault.New(fault.Unavailable, "the NFS server of volume %q does not answer (claim of a single-node volume)", volumeID)
+		}
 	}
 	if errors.Is(err, shares.ErrNoClaims) {
 		c.mu.Lock()

@@ -156,3 +156,39 @@ func TestConcurrentPublishesOfOneVolumeOnOneNode(t *testing.T) {
 		t.Fatalf("%d targets held, want 8", n)
 	}
 }
+
+// hungDir is a share whose server stopped answering: every claim
+// operation blocks until release is closed, whatever its context says.
+type hungDir struct{ release chan struct{} }
+
+func (d hungDir) Claims(context.Context, volumeid.ID, func(*os.Root) error) error {
+	<-d.release
+	return nil
+}
+
+func TestClaimOnAHungServerIsBounded(t *testing.T) {
+	old := claimTimeout
+	claimTimeout = 200 * time.Millisecond
+	defer func() { claimTimeout = old }()
+	d := hungDir{release: make(chan struct{})}
+	c := newClaims(t, d, "node-a", filepath.Join(t.TempDir(), "a.json"), &mountTable{})
+	vol := testVolumeID(t)
+	began := time.Now()
+	wantCode(t, "take on a hung server", c.take(context.Background(), vol, "x", "/t"), codes.Unavailable)
+	if d := time.Since(began); d > 2*time.Second {
+		t.Fatalf("take on a hung server took %s", d)
+	}
+	wantCode(t, "take while the first is stuck", c.take(context.Background(), vol, "x", "/t"), codes.Aborted)
+	close(d.release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := c.take(context.Background(), vol, "x", "/t")
+		if err == nil {
+			break
+		}
+		if status.Code(toStatus(err)) != codes.Aborted || time.Now().After(deadline) {
+			t.Fatalf("take once the server answers: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
