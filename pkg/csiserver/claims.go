@@ -63,7 +63,9 @@ type claimsOn interface {
 	Claims(ctx context.Context, id volumeid.ID, fn func(*os.Root) error) error
 }
 
-// heldClaim is one claim and the targets it is held for.
+// heldClaim is one claim and the targets it is held for: true once the
+// target is mounted, false while its publish runs (the renewals leave
+// such a target alone: it is not in the mount table yet).
 type heldClaim struct {
 	SubDir  string          `json:"subDir"`
 	Targets map[string]bool `json:"targets"`
@@ -88,6 +90,11 @@ func (c *nodeClaims) restore() {
 	for _, h := range c.held {
 		if h.Targets == nil {
 			h.Targets = map[string]bool{}
+		}
+		// A publish cut by the restart mounted its target or not: the
+		// mount table tells.
+		for t := range h.Targets {
+			h.Targets[t] = true
 		}
 	}
 	klog.Infof("claims of single-node volumes: %d held before the restart, renewed now", len(c.held))
@@ -174,8 +181,8 @@ func (c *nodeClaims) take(ctx context.Context, volumeID, subDir, target string) 
 			h = &heldClaim{SubDir: subDir, Targets: map[string]bool{}}
 			c.held[volumeID] = h
 		}
-		if !h.Targets[target] {
-			h.Targets[target] = true
+		if _, ok := h.Targets[target]; !ok {
+			h.Targets[target] = false
 			c.saveLocked()
 		}
 		return nil
@@ -185,6 +192,18 @@ func (c *nodeClaims) take(ctx context.Context, volumeID, subDir, target string) 
 		return fault.New(fault.FailedPrecondition, "volume %q is single-node (ReadWriteOnce, ReadWriteOncePod or ReadOnlyOnce) and %v; retry once it is unpublished there", volumeID, held)
 	}
 	return err
+}
+
+// published records that target, claimed by take, is mounted now.
+func (c *nodeClaims) published(volumeID, target string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.held[volumeID]; h != nil {
+		if on, ok := h.Targets[target]; ok && !on {
+			h.Targets[target] = true
+			c.saveLocked()
+		}
+	}
 }
 
 // release drops target from volumeID's claim and drops the claim with its
@@ -255,8 +274,10 @@ func (c *nodeClaims) renewOne(ctx context.Context, id string) {
 	h := c.held[id]
 	var targets []string
 	if h != nil {
-		for t := range h.Targets {
-			targets = append(targets, t)
+		for t, on := range h.Targets {
+			if on { // a publish still running has not mounted yet
+				targets = append(targets, t)
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -265,10 +286,12 @@ func (c *nodeClaims) renewOne(ctx context.Context, id string) {
 	}
 	for _, t := range targets {
 		if ok, err := c.mounted(t); err == nil && !ok {
-			klog.Infof("volume %s: target %s is no longer mounted; its claim is not kept for it", id, t)
 			c.mu.Lock()
-			delete(h.Targets, t)
-			c.saveLocked()
+			if h.Targets[t] { // not published again meanwhile
+				klog.Infof("volume %s: target %s is no longer mounted; its claim is not kept for it", id, t)
+				delete(h.Targets, t)
+				c.saveLocked()
+			}
 			c.mu.Unlock()
 		}
 	}

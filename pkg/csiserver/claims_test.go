@@ -192,3 +192,29 @@ func TestClaimOnAHungServerIsBounded(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRenewalLeavesAPublishInProgressAlone: a renewal that runs between
+// the claim and the mount (the target not in the mount table yet) keeps
+// the claim; once the target was mounted and is gone, it drops it.
+func TestRenewalLeavesAPublishInProgressAlone(t *testing.T) {
+	ctx := context.Background()
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	mt := &mountTable{}
+	a := newClaims(t, claimsDir{root}, "node-a", filepath.Join(t.TempDir(), "a.json"), mt)
+	b := newClaims(t, claimsDir{root}, "node-b", filepath.Join(t.TempDir(), "b.json"), &mountTable{})
+	vol := testVolumeID(t)
+	wantCode(t, "a takes", a.take(ctx, vol, "x", "/t/a"), codes.OK)
+	a.renew(ctx) // the mount is still being made
+	wantCode(t, "b takes during a's publish", b.take(ctx, vol, "x", "/t/b"), codes.FailedPrecondition)
+	mt.set("/t/a", true)
+	a.published(vol, "/t/a")
+	a.renew(ctx)
+	wantCode(t, "b takes while a has it mounted", b.take(ctx, vol, "x", "/t/b"), codes.FailedPrecondition)
+	mt.set("/t/a", false)
+	a.renew(ctx)
+	wantCode(t, "b takes once a's mount is gone", b.take(ctx, vol, "x", "/t/b"), codes.OK)
+}

@@ -155,6 +155,7 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 				if err := s.claims.take(ctx, req.GetVolumeId(), vol.SubDir, target); err != nil {
 					klog.ErrorS(err, "volume already mounted here; its claim", "volume", req.GetVolumeId(), "target", target)
 				}
+				s.claims.published(req.GetVolumeId(), target)
 			}
 			return &csi.NodePublishVolumeResponse{}, nil
 		case !errors.Is(perr, unix.ESTALE):
@@ -203,6 +204,9 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 			return nil, status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %q reachable?)", err, vol.Export.Server)
 		}
 		return nil, toStatus(err)
+	}
+	if claimed {
+		s.claims.published(req.GetVolumeId(), target)
 	}
 	s.track(req.GetVolumeId(), target, true)
 	return &csi.NodePublishVolumeResponse{}, nil
