@@ -189,7 +189,7 @@ func (c *nodeClaims) take(ctx context.Context, volumeID, subDir, target string) 
 	})
 	var held *publock.HeldError
 	if errors.As(err, &held) {
-		return fault.New(fault.FailedPrecondition, "volume %q is single-node (ReadWriteOnce, ReadWriteOncePod or ReadOnlyOnce) and %v; retry once it is unpublished there", volumeID, held)
+		return fault.New(fault.FailedPrecondition, "volume %q is single-node (ReadWriteOnce or ReadWriteOncePod, or a CSI single-node mode) and %v; retry once it is unpublished there", volumeID, held)
 	}
 	return err
 }

@@ -1,5 +1,5 @@
 // Package publock keeps volumes that Kubernetes asks for on one node
-// (ReadWriteOnce, ReadWriteOncePod, ReadOnlyOnce) on one node at a time,
+// (ReadWriteOnce, ReadWriteOncePod, any CSI single-node mode) on one node at a time,
 // although NFS itself lets any number of clients mount them and nfsdir has
 // no attach step.
 //
