@@ -100,13 +100,16 @@ func (c *nodeClaims) restore() {
 	klog.Infof("claims of single-node volumes: %d held before the restart, renewed now", len(c.held))
 }
 
-// saveLocked writes what is held to the claims file; c.mu is held.
+// saveLocked writes what is held to the claims file; c.mu is held. The
+// file is synced before it replaces the old one: a node that loses power
+// right after a publish or unpublish boots with what it held, and frees
+// at once the claims whose mounts the power cut took.
 func (c *nodeClaims) saveLocked() {
 	b, _ := json.Marshal(c.held)
 	tmp := c.file + ".tmp"
 	err := os.MkdirAll(filepath.Dir(c.file), 0o700)
 	if err == nil {
-		err = os.WriteFile(tmp, b, 0o600)
+		err = writeSynced(tmp, b)
 	}
 	if err == nil {
 		err = os.Rename(tmp, c.file)
@@ -114,6 +117,22 @@ func (c *nodeClaims) saveLocked() {
 	if err != nil {
 		klog.Errorf("claims of single-node volumes: writing %s: %v; after a restart their claims lapse", c.file, err)
 	}
+}
+
+// writeSynced writes b to a new file at name and syncs it.
+func writeSynced(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // run does op on the claims of the volume's share within claimTimeout.

@@ -281,3 +281,29 @@ func (o Options) WithFreshLookups() Options {
 	}
 	return append(out, "lookupcache=none")
 }
+
+// WithoutLockd returns o, when it mounts NFSv3 (vers=3, nfsvers=3), with
+// nolock in place of any lock, nolock or local_lock option, and o itself
+// otherwise. NFSv3 locks go through the server's and the client's lockd,
+// and mount.nfs refuses a mount with them unless rpc.statd runs where it
+// mounts; the controller mounts shares in its own pod's network, which
+// has none, and never locks a file there: its mounts need no lockd.
+func (o Options) WithoutLockd() Options {
+	v3 := false
+	for _, opt := range o {
+		n, v, _ := strings.Cut(opt, "=")
+		if versionKeys[n] {
+			v3 = v == "3"
+		}
+	}
+	if !v3 {
+		return o
+	}
+	out := Options{}
+	for _, opt := range o {
+		if n := name(opt); n != "lock" && n != "nolock" && n != "local_lock" {
+			out = append(out, opt)
+		}
+	}
+	return append(out, "nolock")
+}

@@ -124,3 +124,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestWithoutLockd(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"nfsvers=3,hard", "nfsvers=3,hard,nolock"},
+		{"vers=3,lock,local_lock=flock", "vers=3,nolock"},
+		{"nfsvers=3,nolock", "nfsvers=3,nolock"},
+		{"nfsvers=4.2,hard", "nfsvers=4.2,hard"},
+		{"hard", "hard"},
+	} {
+		in, err := Parse(tc.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := in.WithoutLockd().String(); got != tc.want {
+			t.Errorf("%q.WithoutLockd() = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -195,12 +195,16 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 	}
 	if cur == nil {
 		mctx, cancel := context.WithTimeout(ctx, m.mountTimeout)
-		mopts := opts.WithFreshLookups()
+		// Only the claims need locks (pkg/publock); on NFSv3 the other
+		// mounts go without lockd (mountopts.WithoutLockd).
+		mopts := opts.WithFreshLookups().WithoutLockd()
 		switch kind {
 		case purgeMount:
-			mopts = opts
+			mopts = opts.WithoutLockd()
 		case viewMount:
 			mopts = mopts.WithReadOnly(true)
+		case claimsMount:
+			mopts = opts.WithFreshLookups()
 		}
 		err := m.mounter.Mount(mctx, e.String(), mp, mopts)
 		cancel()

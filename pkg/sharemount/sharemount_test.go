@@ -208,3 +208,27 @@ func TestConcurrentRememberOptionsAllSucceed(t *testing.T) {
 		t.Errorf("options directory holds %d entries, want 1", len(ents))
 	}
 }
+
+// On NFSv3 only the claims mount keeps locks: the others go without lockd
+// (the controller's pod has no rpc.statd, and mount.nfs would refuse).
+func TestOnlyClaimsMountsLockOnNFSv3(t *testing.T) {
+	m, f, e := setup(t)
+	os.MkdirAll(f.ExportDir(e.Server, e.Share+"/"+ClaimsDir), 0o755)
+	opts, _ := mountopts.Parse("nfsvers=3,hard")
+	ctx := context.Background()
+	for _, get := range []func(context.Context, export.Export, mountopts.Options) (*Share, error){m.Get, m.GetReadOnly, m.GetForPurge, m.GetClaims} {
+		if _, err := get(ctx, e, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts := f.Actions()
+	if len(acts) != 4 {
+		t.Fatalf("mounts: %q", acts)
+	}
+	for i, a := range acts {
+		opts := "," + a[strings.LastIndex(a, " ")+1:] + ","
+		if claims := i == 3; strings.Contains(opts, ",nolock,") == claims || !strings.Contains(opts, ",nfsvers=3,") {
+			t.Errorf("mount %d: %q (only the claims mount, the last, may lock)", i, a)
+		}
+	}
+}

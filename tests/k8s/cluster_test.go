@@ -110,9 +110,39 @@ func (c *cluster) prepareNode(n labNode, other *labNode) {
 	}
 	sh(t, "mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && echo '+cpuset +cpu +io +memory +pids' > /sys/fs/cgroup/cgroup.subtree_control")
 	sh(t, "echo 1 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables || true")
+	// NFSv3 locks go through the kernel's lockd, which needs rpcbind and
+	// rpc.statd on the node, as nfs-common's rpc-statd gives a real node
+	// (mount.nfs refuses an NFSv3 mount with locks without them). On the
+	// node of the NFS server pod, the pod's own (in the host network)
+	// serve the node too.
+	if n.ip != nodeIP {
+		sh(t, "mkdir -p /run/rpcbind /var/lib/nfs/sm /var/lib/nfs/sm.bak && chown statd /var/lib/nfs/sm /var/lib/nfs/sm.bak /var/lib/nfs && "+
+			"rpcbind -w && rpc.statd --no-notify")
+	}
+	// The kubelet's directory: a tmpfs, but on a worker that has a disk of
+	// its own (run.sh's peer disk, kept across a power cut) an ext4 file
+	// system there, so that a worker turned off and on again finds what its
+	// kubelet and node plugin left (pod directories, the plugin's claims
+	// file), as a real machine does. Its dirty data goes to the disk within
+	// about 3 s (the kernel's default is 30 s): what it wrote before the
+	// power-off is on the disk.
+	fs := "mount -t tmpfs kubelet " + kubeletDir
+	if os.Getenv("NFSDIR_LAB_ROLE") == "peer" && exists(workerDisk) {
+		mnt := "mount -t ext4 " + workerDisk + " " + kubeletDir
+		fs = "modprobe ext4 2>/dev/null; { " + mnt + " 2>/dev/null || { /sbin/mke2fs -q -t ext4 " + workerDisk + " && " + mnt + "; }; }" +
+			" && echo 200 > /proc/sys/vm/dirty_expire_centisecs && echo 100 > /proc/sys/vm/dirty_writeback_centisecs"
+	}
 	// The node plugin's mounts reach the kubelet and the workload pods
 	// through Bidirectional propagation, which needs a shared mount.
-	sh(t, "mkdir -p "+kubeletDir+" && mount -t tmpfs kubelet "+kubeletDir+" && mount --make-rshared "+kubeletDir)
+	sh(t, "mkdir -p "+kubeletDir+" && "+fs+" && mount --make-rshared "+kubeletDir)
+}
+
+// workerDisk is the worker guest's own disk (run.sh's peer disk).
+const workerDisk = "/dev/vdc"
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // startCluster brings the single-node cluster up in the lab guest and

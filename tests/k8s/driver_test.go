@@ -241,7 +241,17 @@ func (c *cluster) boundPV(ns, claim string) *corev1.PersistentVolume {
 			return false, err
 		}
 		pvName = pvc.Spec.VolumeName
-		return pvc.Status.Phase == corev1.ClaimBound, fmt.Errorf("phase %s", pvc.Status.Phase)
+		if pvc.Status.Phase == corev1.ClaimBound {
+			return true, nil
+		}
+		// The provisioner's last word on it, if any (ProvisioningFailed).
+		last := ""
+		if ev, err := c.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim}); err == nil {
+			for _, e := range ev.Items {
+				last = e.Reason + ": " + e.Message
+			}
+		}
+		return false, fmt.Errorf("phase %s; last event %q", pvc.Status.Phase, last)
 	})
 	pv, err := c.kube.CoreV1().PersistentVolumes().Get(context.Background(), pvName, metav1GetOptions)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,10 @@ func TestWorkerNode(t *testing.T) {
 	}
 	c := newCluster(t)
 	c.prepareNode(secondNode, &firstNode)
-	go serveLogs(t, c.dir)
+	// What the kubelet left on this machine's disk before it was turned
+	// off, if it was (the pod directories kept on the peer disk).
+	boot := podDirs()
+	go serveLogs(t, c.dir, boot)
 	for _, f := range []string{"ca.crt", "kubelet.kubeconfig"} {
 		c.fetchFromFirst(f, 30*time.Minute)
 	}
@@ -134,10 +138,42 @@ func (c *cluster) fetchFromFirst(name string, limit time.Duration) {
 	})
 }
 
+// workerState is what the worker tells of its own state (/state): the
+// pod directories its kubelet had left when this boot began and those it
+// has now, its node plugin's claims file, and its NFS mounts.
+type workerState struct {
+	Boot, Pods []string
+	Claims     string
+	NFSMounts  []string
+}
+
+// podDirs lists the pod directories below the kubelet's directory.
+func podDirs() []string {
+	ents, _ := os.ReadDir(filepath.Join(kubeletDir, "pods"))
+	var uids []string
+	for _, e := range ents {
+		uids = append(uids, e.Name())
+	}
+	return uids
+}
+
 // serveLogs serves the worker's process logs (dir/*.log) on the lab link,
-// for the first guest to show when the worker misbehaves.
-func serveLogs(t *testing.T, dir string) {
+// for the first guest to show when the worker misbehaves, and its state
+// (workerState, with boot the pod directories found at boot).
+func serveLogs(t *testing.T, dir string, boot []string) {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/state", func(rw http.ResponseWriter, r *http.Request) {
+		st := workerState{Boot: boot, Pods: podDirs()}
+		b, _ := os.ReadFile(filepath.Join(kubeletDir, "plugins", driverName, "claims.json"))
+		st.Claims = string(b)
+		m, _ := os.ReadFile("/proc/self/mounts")
+		for _, l := range strings.Split(string(m), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && strings.HasPrefix(f[2], "nfs") {
+				st.NFSMounts = append(st.NFSMounts, l)
+			}
+		}
+		json.NewEncoder(rw).Encode(st)
+	})
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		name := filepath.Base(r.URL.Path)
 		if !strings.HasSuffix(name, ".log") {
@@ -159,6 +195,21 @@ func serveLogs(t *testing.T, dir string) {
 	if err := srv.ListenAndServe(); err != nil {
 		t.Logf("serving logs: %v", err)
 	}
+}
+
+// workerState fetches the worker's workerState.
+func (c *cluster) workerState() workerState {
+	client := &http.Client{Timeout: 10 * time.Second}
+	var st workerState
+	resp, err := client.Get("http://" + secondNode.ip + ":" + workerLogPort + "/state")
+	if err == nil {
+		defer resp.Body.Close()
+		err = json.NewDecoder(resp.Body).Decode(&st)
+	}
+	if err != nil {
+		c.t.Fatalf("the state of %s: %v", secondNode.name, err)
+	}
+	return st
 }
 
 // workerLog returns the end of a worker process's log, fetched from it.
@@ -242,51 +293,90 @@ func (c *cluster) readWriteManyAcrossNodes() {
 // lab-node-2 fail, and the waiting attempt there gets the lock only once
 // the holder released it, reading what the holder wrote just before (the
 // holder waits for the attempt, so the outcome does not depend on timing).
+// Over NFSv4.1 (the ReadWriteMany claim of readWriteManyAcrossNodes) the
+// server keeps the locks itself; over NFSv3 (a claim of a second
+// StorageClass) they go through lockd and rpc.statd on every machine.
 func (c *cluster) locksAcrossNodes() {
-	c.create(c.testdata("two-nodes-locks.yaml"))
+	c.create(c.testdata("two-nodes-locks-v3.yaml"))
+	for _, v := range []struct{ claim, suffix, fsType, vers string }{
+		{"locks-v3", "-v3", " nfs ", "vers=3"},
+		{"spread-data", "", " nfs4 ", "vers=4.1"},
+	} {
+		pv := c.boundPV("default", v.claim)
+		holder, contender := "lock-holder"+v.suffix, "lock-contender"+v.suffix
+		pods := strings.NewReplacer("spread-data", v.claim, "lock-holder", holder, "lock-contender", contender).Replace(c.testdata("two-nodes-locks.yaml"))
+		c.locksOf(v.claim, holder, contender, pods, func() {
+			p, err := c.kube.CoreV1().Pods("default").Get(context.Background(), holder, metav1GetOptions)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			m := mounts(string(p.UID), pv.Name)
+			if len(m) != 1 || !strings.Contains(m[0], v.fsType) || !strings.Contains(m[0], v.vers) || strings.Contains(m[0], "local_lock=") && !strings.Contains(m[0], "local_lock=none") {
+				c.t.Errorf("%s on %s: want one%s%s mount of %s with locks on the server, the node has %q", holder, nodeName, v.fsType, v.vers, v.claim, m)
+			}
+		})
+	}
+}
+
+// locksOf runs the pods of two-nodes-locks.yaml (named holder and
+// contender, on claim; the contender once the holder made its files) and
+// checks the lock each got; mounted checks the holder's mount once it runs.
+func (c *cluster) locksOf(claim, holder, contender, pods string, mounted func()) {
+	docs := strings.SplitN(pods, "\n---\n", 2)
+	if len(docs) != 2 {
+		c.t.Fatal("two-nodes-locks.yaml: want the holder, ---, the contender")
+	}
+	c.create(docs[0])
 	defer func() {
 		if c.t.Failed() {
-			for _, name := range []string{"lock-holder", "lock-contender"} {
+			for _, name := range []string{holder, contender} {
 				if p, err := c.kube.CoreV1().Pods("default").Get(context.Background(), name, metav1GetOptions); err == nil {
 					c.t.Log(c.describePod(p))
 				}
 			}
 		}
-		for _, p := range []string{"lock-holder", "lock-contender"} {
+		for _, p := range []string{holder, contender} {
 			c.kube.CoreV1().Pods("default").Delete(context.Background(), p, metav1.DeleteOptions{})
 		}
 	}()
-	dir := filepath.Join(serverDir, "default", "spread-data", "locks")
+	c.podRunning("default", holder, 5*time.Minute)
+	mounted()
+	dir := filepath.Join(serverDir, "default", claim, "locks")
 	read := func(name string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		return strings.TrimSpace(string(b)), err
 	}
+	c.waitFor(holder+" made its files", 2*time.Minute, func() (bool, error) {
+		r, err := read("ready")
+		return r == "yes", err
+	})
+	c.create(docs[1])
 	for _, mode := range []string{"flock", "fcntl"} {
 		var try, released, acquired string
-		c.waitFor(mode+": the contender on "+secondNode.name+" got the lock", 6*time.Minute, func() (bool, error) {
+		c.waitFor(claim+": "+mode+": the contender on "+secondNode.name+" got the lock", 6*time.Minute, func() (bool, error) {
 			if _, err := os.Stat(filepath.Join(dir, "holder-failed-"+mode)); err == nil {
-				c.t.Fatalf("%s: the holder on %s could not take the lock", mode, firstNode.name)
+				c.t.Fatalf("%s: %s: the holder on %s could not take the lock", claim, mode, firstNode.name)
 			}
 			var err error
-			if try, err = read("try-" + mode); err != nil {
+			if try, err = read("try-" + mode); err != nil || try == "" {
 				return false, err
 			}
-			if released, err = read("released-at-" + mode); err != nil {
+			if released, err = read("released-at-" + mode); err != nil || released == "" {
 				return false, err
 			}
 			acquired, err = read("acquired-at-" + mode)
-			return err == nil, err
+			return err == nil && acquired != "", err
 		})
 		held, _ := read("held-at-" + mode)
 		if !strings.HasPrefix(try, "busy ") {
-			c.t.Errorf("%s: the non-blocking attempt on %s while %s held the lock: %q, want busy", mode, secondNode.name, firstNode.name, try)
+			c.t.Errorf("%s: %s: the non-blocking attempt on %s while %s held the lock: %q, want busy", claim, mode, secondNode.name, firstNode.name, try)
 		}
 		// The two guests' clocks differ: the order is shown by what the
 		// contender read once it held the lock, not by the times.
 		if saw, err := read("saw-" + mode); err != nil || saw != "written-under-the-lock" {
-			c.t.Errorf("%s: once the contender held the lock it read %q (%v); want what the holder wrote just before releasing it", mode, saw, err)
+			c.t.Errorf("%s: %s: once the contender held the lock it read %q (%v); want what the holder wrote just before releasing it", claim, mode, saw, err)
 		}
-		c.t.Logf("%s: held at %s on %s; tried on %s: %s; released at %s; acquired on %s at %s (each guest's own clock)", mode, held, firstNode.name, secondNode.name, try, released, secondNode.name, acquired)
+		c.t.Logf("%s: %s: held at %s on %s; tried on %s: %s; released at %s; acquired on %s at %s (each guest's own clock)", claim, mode, held, firstNode.name, secondNode.name, try, released, secondNode.name, acquired)
 	}
 }
 
@@ -509,7 +599,39 @@ func (c *cluster) nodeKilledWithAVolume() {
 		return apierrors.IsNotFound(err), nil
 	})
 	c.driverRunning("after " + secondNode.name + " came back")
-	time.Sleep(10 * time.Second)
+	// What the dead pod left on lab-node-2's disk: its pod directory with
+	// the volume's (unmounted) target, and the plugin's claims file naming
+	// the volume. The kubelet unpublishes the target and removes the
+	// directory, the plugin forgets the claim without touching lab-node's.
+	var st workerState
+	c.waitFor("the dead pod's directory and claim gone from "+secondNode.name, 3*time.Minute, func() (bool, error) {
+		st = c.workerState()
+		return !slices.Contains(st.Pods, string(dead.UID)) && !strings.Contains(st.Claims, pv.Spec.CSI.VolumeHandle),
+			fmt.Errorf("pod directories %q, claims file %q", st.Pods, st.Claims)
+	})
+	c.stage("stale state of " + dead.Name + " cleaned on " + secondNode.name + ", " + since())
+	if !slices.Contains(st.Boot, string(dead.UID)) {
+		c.t.Errorf("%s booted without the dead pod's directory (it had %q): its kubelet's state did not survive the power-off, so nothing stale was cleaned", secondNode.name, st.Boot)
+	}
+	for _, m := range st.NFSMounts {
+		if strings.Contains(m, pv.Name) || strings.Contains(m, string(dead.UID)) {
+			c.t.Errorf("%s still has a mount of the dead pod's volume: %q", secondNode.name, m)
+		}
+	}
+	for _, p := range c.pods(driverNS, "app.kubernetes.io/component=node") {
+		if p.Spec.NodeName != secondNode.name {
+			continue
+		}
+		log := c.logsOf(driverNS, p.Name, "nfsdir")
+		if !strings.Contains(log, string(dead.UID)) {
+			c.t.Errorf("the node plugin on %s never handled the dead pod's target; its log:\n%s", secondNode.name, log)
+		}
+		for _, l := range strings.Split(log, "\n") {
+			if strings.Contains(l, string(dead.UID)) || strings.Contains(l, "held before the restart") {
+				c.t.Logf("%s: %s", secondNode.name, l)
+			}
+		}
+	}
 	if h := c.claimOf(pv); h != nodeName {
 		c.t.Errorf("claim of %s after %s came back: %q", pv.Name, secondNode.name, h)
 	}

@@ -28,7 +28,9 @@
 # its arguments; its output streams prefixed "[peer] ". The first guest
 # controls it by printing a line of its own: NFSLAB-PEER=kill terminates
 # the peer's qemu at once (a machine losing power), NFSLAB-PEER=start boots
-# a fresh one.
+# it again. The peer has a disk of its own that keeps its contents across
+# these restarts, like a machine's disk across a power cut: /dev/vdc, a
+# sparse $NFSDIR_LAB_PEER_DISK (4G) image, empty at the first boot.
 #
 # Exit codes: the binary's own; 124 when $NFSDIR_LAB_TIMEOUT (seconds, default
 # 1500) ran out; 125 when the guest failed to set up NFS; 126 when the guest
@@ -87,6 +89,7 @@ fi
 start_peer() {
   kill_peer
   truncate -s 0 "$tmp/peer-out.img" && truncate -s 64M "$tmp/peer-out.img"
+  [ -e "$tmp/peer-disk.img" ] || truncate -s "${NFSDIR_LAB_PEER_DISK:-4G}" "$tmp/peer-disk.img"
   qemu-system-x86_64 -nodefaults -no-reboot -nographic -monitor none \
     -accel tcg,thread=single -cpu qemu64 -smp 2 -m "${NFSDIR_LAB_PEER_MEM:-2048}" \
     -kernel "$img/vmlinuz" -initrd "$img/initrd.gz" \
@@ -94,6 +97,7 @@ start_peer() {
     -serial "file:$tmp/peer-console.log" -serial stdio \
     -drive "file=$tmp/payload.tar,format=raw,if=virtio,readonly=on" \
     -drive "file=$tmp/peer-out.img,format=raw,if=virtio" \
+    -drive "file=$tmp/peer-disk.img,format=raw,if=virtio" \
     -netdev "socket,id=lan,udp=127.0.0.1:$port,localaddr=127.0.0.1:$((port + 1))" \
     -device "virtio-net-pci,netdev=lan,mac=52:54:00:c0:00:0b" </dev/null \
     > >(while IFS= read -r line || [ -n "$line" ]; do printf '[peer] %s\n' "${line%$'\r'}"; done) 2>&1 &

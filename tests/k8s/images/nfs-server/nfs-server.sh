@@ -31,12 +31,24 @@ stop() {
   rpc.nfsd 0
   exportfs -ua
   for pid in $mountd $rpcbind; do kill "$pid" 2>/dev/null; done
+  # Its own rpc.statd, if it started one (the pid file names it).
+  [ -s /run/rpc.statd.pid ] && kill "$(cat /run/rpc.statd.pid)" 2>/dev/null
   exit 0
 }
 trap stop TERM INT
 
-rpcbind -f -w & rpcbind=$!
-sleep 1
+# The pod starts rpcbind and rpc.statd unless the node runs them already
+# (they are in the host network, so the node's NFSv3 mounts use the pod's
+# too). rpc.statd is what NFSv3 locks (NLM) need on the server side: lockd
+# asks it to watch every client that locks.
+if ! rpcinfo -p 127.0.0.1 >/dev/null 2>&1; then
+  rpcbind -f -w & rpcbind=$!
+  sleep 1
+fi
+if ! rpcinfo -p 127.0.0.1 2>/dev/null | grep -qw 100024; then # rpc.statd (status)
+  mkdir -p /var/lib/nfs/sm /var/lib/nfs/sm.bak
+  rpc.statd --no-notify || say "rpc.statd failed: NFSv3 clients cannot lock"
+fi
 exportfs -ra || die "exportfs failed"
 rpc.mountd -F & mountd=$!
 # No stable storage for client state survives this pod, so a grace period
