@@ -195,16 +195,17 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 	}
 	if cur == nil {
 		mctx, cancel := context.WithTimeout(ctx, m.mountTimeout)
-		// Only the claims need locks (pkg/publock); on NFSv3 the other
-		// mounts go without lockd (mountopts.WithoutLockd).
-		mopts := opts.WithFreshLookups().WithoutLockd()
+		mopts := opts.WithFreshLookups()
 		switch kind {
 		case purgeMount:
-			mopts = opts.WithoutLockd()
+			mopts = opts
 		case viewMount:
 			mopts = mopts.WithReadOnly(true)
-		case claimsMount:
-			mopts = opts.WithFreshLookups()
+		}
+		// Only the claims need locks (pkg/publock); on NFSv3 the other
+		// mounts go without lockd (mountopts.WithoutLockd).
+		if kind != claimsMount {
+			mopts = mopts.WithoutLockd()
 		}
 		err := m.mounter.Mount(mctx, e.String(), mp, mopts)
 		cancel()
