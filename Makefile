@@ -32,10 +32,10 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nfsdir ./cmd/nfsdir
 
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
-## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the
-## container runtime smoke test of the end-to-end lab's images, the Kubernetes
-## end-to-end scenarios (make e2e) and Kubernetes' own storage suite (make e2e-storage).
-test: check helm unit fuzz-short test-nfs e2e-smoke e2e e2e-multinode e2e-storage
+## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the Kubernetes
+## end-to-end scenarios (make e2e), and the two-node cluster's scenarios with Kubernetes'
+## own storage suite on it (make e2e-multinode).
+test: check helm unit fuzz-short test-nfs e2e e2e-multinode
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -64,11 +64,29 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=2m
 
 ## test-nfs: the lab tests, each test binary in its own qemu guest with a kernel NFS server.
-## One scenario alone: make test-nfs RUN=TestDeadServer (a -run pattern).
+## One scenario alone: make test-nfs RUN=TestDeadServer (a -run pattern). The whole set
+## runs in two lanes side by side, a guest each (a guest's single-threaded TCG keeps one
+## host core busy): LAB_LANE2's tests of tests/e2e in one, everything else in the other.
 RUN ?= .
+# About half the lab's guest time: the longest tests of tests/e2e.
+LAB_LANE2_TESTS := TestPurgeOfADeepChainHoldsFewDescriptors TestSnapshotAndRestoreResumeAfterAKill \
+	TestControllerKilledMidOperations TestControllerCallsBoundedOnDeadServer TestSingleNodeVolumeOnOneNodeAtATime \
+	TestDeadServerWithMountedVolumes TestListVolumesOnRealNFS TestHungShareStallsNothingElse \
+	TestUnpublishDuringOutageLeavesOtherWritersAlone TestDeadServer
+space := $(subst ,, )
+LAB_LANE2 := $(subst $(space),|,$(strip $(LAB_LANE2_TESTS)))
+LAB_TEST = NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(GO) test -count=1 -timeout 20m -exec $(LAB) -v
+LAB_FILTER = grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'
 test-nfs: lab-image
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(GO) test -count=1 -timeout 20m -run '$(RUN)' -exec $(LAB) -v $(LAB_PKGS) 2>&1 | tee bin/lab-test.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)|Ran [0-9]+ of|Passed|nfslab:'; exit $${PIPESTATUS[0]}
+	$(GO) test -count=1 -run '^$$' $(LAB_PKGS) >/dev/null
+	@if [ '$(RUN)' != . ]; then \
+		$(LAB_TEST) -run '$(RUN)' $(LAB_PKGS) 2>&1 | tee bin/lab-test.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}; \
+	fi; \
+	{ $(LAB_TEST) -run '^($(LAB_LANE2))$$' ./tests/e2e/ >bin/lab-test-2.log 2>&1; echo $$? >bin/lab-test-2.rc; } & \
+	$(LAB_TEST) -p 1 -skip '^($(LAB_LANE2))$$' $(LAB_PKGS) 2>&1 | tee bin/lab-test.log | $(LAB_FILTER); rc=$${PIPESTATUS[0]}; \
+	wait; echo "--- lane 2 ($(LAB_LANE2))"; $(LAB_FILTER) bin/lab-test-2.log; \
+	rc2=$$(cat bin/lab-test-2.rc); echo "lane 1: exit $$rc, lane 2: exit $$rc2"; [ $$rc = 0 ] && [ $$rc2 = 0 ]
 
 ## lab-deps: the host packages the lab needs (installed when missing; needs root).
 lab-deps:
@@ -156,7 +174,8 @@ lab-images: lab-deps
 		-tag lab.local/csi-snapshotter:$(CSI_SNAPSHOTTER_VERSION) -entrypoint /csi-snapshotter -file bin/k8s/csi-snapshotter:/csi-snapshotter; fi
 
 ## e2e-smoke: containerd and runc (Debian packages) in the lab guest import and run the
-## lab images: the first step of the Kubernetes end-to-end lab.
+## lab images: the first step of the Kubernetes end-to-end lab, a quick check while
+## working on the images (not in make test: make e2e runs every image it checks).
 e2e-smoke: lab-image lab-images
 	rm -rf bin/e2e-bin && mkdir -p bin/e2e-bin/images
 	tests/k8s/fetch-runtime.sh bin/e2e-bin
@@ -198,21 +217,28 @@ e2e: lab-image $(HELM)
 ## e2e-multinode: a two-node cluster. The first lab guest runs the control plane, node
 ## lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's
 ## socket netdev over UDP on 127.0.0.1) runs lab-node-2 (containerd, kubelet); nfsdir
-## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run
-## (MULTINODE_RUN picks some: 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)').
-E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTINODE=1 \
+## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run,
+## Kubernetes' storage suite among them (the selection of make e2e-storage, on two
+## nodes: one cluster boot for both; its output and JUnit report land in
+## bin/e2e-multinode-out). MULTINODE_RUN picks some:
+## 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)'.
+E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=4096 NFSDIR_E2E_MULTINODE=1 \
 	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
 MULTINODE_RUN ?= TestDriverOnTwoNodes
 e2e-multinode: lab-image $(HELM)
 	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e-multinode)
-	rm -f bin/e2e-multinode/images/agnhost.tar
 	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-multinode/
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=2700 \
-		$(GO) test -count=1 -v -timeout 45m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
+	rm -rf bin/e2e-multinode-out
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-multinode-out \
+		$(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) \
+		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 30) * 60 )) \
+		$(GO) test -count=1 -v -timeout $$(( $(E2E_STORAGE_MINUTES) + 35 ))m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | \
+		tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
-## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
+## External Storage tests for nfsdir.csi.io) alone on a single-node lab cluster (make
+## test runs it on the two-node cluster of e2e-multinode), at most
 ## E2E_STORAGE_MINUTES. The full output and the JUnit report land in bin/e2e-storage-out.
 ## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
 ## how many specs run at once.

@@ -132,11 +132,13 @@ func TestPurgeSkipsStuckEntriesAndBacksOff(t *testing.T) {
 }
 
 // TestPurgeOfADeepChainHoldsFewDescriptors (issue 11, finding 2): a tenant
-// leaves a chain of 25,000 nested directories (a file at each level) in its
-// volume. The purge removes it with a bounded number of open descriptors
-// and bounded memory; before, it held one descriptor per level.
+// leaves a chain of 10,000 nested directories (a file at each level) in its
+// volume: far deeper than PATH_MAX allows a path to name, and than the
+// 16 levels the purge descends before it moves the rest up. The purge
+// removes it with a bounded number of open descriptors and bounded
+// memory; before, it held one descriptor per level.
 func TestPurgeOfADeepChainHoldsFewDescriptors(t *testing.T) {
-	const depth = 25000
+	const depth = 10000
 	c := start(t, nil)
 	vc := lab.RWX("nfsvers=4.2")
 	v := c.Create(t, "pvc-deep-chain", params("onDelete", "delete"), vc)
