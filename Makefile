@@ -33,9 +33,11 @@ build:
 
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
 ## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the Kubernetes
-## end-to-end scenarios (make e2e), and the two-node cluster's scenarios with Kubernetes'
-## own storage suite on it (make e2e-multinode).
-test: check helm unit fuzz-short test-nfs e2e e2e-multinode
+## end-to-end scenarios on one node (make e2e) and on two (make e2e-multinode), and
+## Kubernetes' own storage suite (make e2e-storage) without its [Slow] specs, which
+## `make e2e-storage` alone runs too (as Kubernetes' own presubmit jobs leave them out).
+test: check helm unit fuzz-short test-nfs e2e e2e-multinode e2e-storage
+test: E2E_STORAGE_SLOW = skip
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -217,39 +219,34 @@ e2e: lab-image $(HELM)
 ## e2e-multinode: a two-node cluster. The first lab guest runs the control plane, node
 ## lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's
 ## socket netdev over UDP on 127.0.0.1) runs lab-node-2 (containerd, kubelet); nfsdir
-## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run,
-## Kubernetes' storage suite among them (the selection of make e2e-storage, on two
-## nodes: one cluster boot for both; its output and JUnit report land in
-## bin/e2e-multinode-out). MULTINODE_RUN picks some:
-## 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)'.
-E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=4096 NFSDIR_E2E_MULTINODE=1 \
+## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run
+## (MULTINODE_RUN picks some: 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)').
+E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTINODE=1 \
 	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
 MULTINODE_RUN ?= TestDriverOnTwoNodes
 e2e-multinode: lab-image $(HELM)
 	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e-multinode)
+	rm -f bin/e2e-multinode/images/agnhost.tar
 	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-multinode/
-	rm -rf bin/e2e-multinode-out
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-multinode-out \
-		$(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) \
-		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 30) * 60 )) \
-		$(GO) test -count=1 -v -timeout $$(( $(E2E_STORAGE_MINUTES) + 35 ))m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | \
-		tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
-## External Storage tests for nfsdir.csi.io) alone on a single-node lab cluster (make
-## test runs it on the two-node cluster of e2e-multinode), at most
+## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
 ## E2E_STORAGE_MINUTES. The full output and the JUnit report land in bin/e2e-storage-out.
 ## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
-## how many specs run at once.
+## how many specs run at once; E2E_STORAGE_SLOW=skip leaves out the [Slow] specs (make
+## test does).
 E2E_STORAGE_MINUTES ?= 50
+E2E_STORAGE_SLOW ?= run
 e2e-storage: lab-image $(HELM)
 	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e-storage)
 	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-storage/
 	rm -rf bin/e2e-storage-out
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-storage-out $(E2E_ENV) \
-		NFSDIR_LAB_MEM=6144 NFSDIR_E2E_STORAGE=1 NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) \
+		NFSDIR_LAB_MEM=6144 NFSDIR_E2E_STORAGE=1 NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) NFSDIR_E2E_SLOW=$(E2E_STORAGE_SLOW) \
 		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 15) * 60 )) \
 		$(GO) test -count=1 -v -timeout $$(( $(E2E_STORAGE_MINUTES) + 20 ))m -run TestKubernetesStorageSuite -exec $(LAB) . 2>&1 | \
 		tee $(CURDIR)/bin/e2e-storage.log; exit $${PIPESTATUS[0]}

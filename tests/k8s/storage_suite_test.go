@@ -72,6 +72,11 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	if s := os.Getenv("NFSDIR_E2E_SKIP"); s != "" {
 		skip = s
 	}
+	// make test leaves the [Slow] specs to a run of make e2e-storage
+	// alone, as Kubernetes' own presubmit jobs do.
+	if os.Getenv("NFSDIR_E2E_SLOW") == "skip" {
+		skip += `|\[Slow\]`
+	}
 	procs := 3
 	if n, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_PROCS")); err == nil && n > 0 {
 		procs = n
