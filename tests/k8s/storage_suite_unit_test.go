@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -69,5 +70,36 @@ FAIL! -- 1 Passed | 1 Failed | 0 Pending | 7671 Skipped
 `
 	if progress.String() != wantProgress {
 		t.Errorf("progress:\n%s\nwant:\n%s", progress.String(), wantProgress)
+	}
+}
+
+// TestQuickSkipKeepsOneOfEachKind: make test's selection leaves out the
+// [Slow] specs and kubelet-side variants, and keeps a spec of each kind
+// they vary.
+func TestQuickSkipKeepsOneOfEachKind(t *testing.T) {
+	re := regexp.MustCompile(quickSkip)
+	const p = "External Storage [Driver: nfsdir.csi.io] [Testpattern: "
+	for _, kept := range []string{
+		p + "Dynamic PV (default fs)] subPath should support existing directory",
+		p + "Dynamic PV (default fs)] subPath should support file as subpath [LinuxOnly]",
+		p + "Dynamic PV (default fs)] subPath should support readOnly directory specified in the volumeMount",
+		p + "Generic Ephemeral-volume (default fs) (immediate-binding)] ephemeral should support expansion of pvcs created for ephemeral pvcs",
+		p + "CSI Ephemeral-volume (default fs)] ephemeral should support two pods which have the same volume definition",
+		p + "Dynamic PV (default fs)] fsgroupchangepolicy (OnRootMismatch)[LinuxOnly], pod created with an initial fsgroup, new pod fsgroup applied to volume contents",
+		p + "Dynamic Snapshot (retain policy)] snapshottable [Feature:VolumeSnapshotDataSource] volume snapshot controller  should check snapshot fields",
+	} {
+		if re.MatchString(kept) {
+			t.Errorf("quickSkip leaves out %q", kept)
+		}
+	}
+	for _, left := range []string{
+		p + "Dynamic PV (default fs)] volumeIO should write files of various sizes, verify size, validate content [Slow] [Slow]",
+		p + "Generic Ephemeral-volume (default fs) (late-binding)] ephemeral should support expansion of pvcs created for ephemeral pvcs",
+		p + "Dynamic PV (default fs)] subPath should support non-existent path",
+		p + "Dynamic PV (default fs)] fsgroupchangepolicy (Always)[LinuxOnly], pod created with an initial fsgroup, volume contents ownership changed via chgrp in first pod, new pod with same fsgroup applied to the volume contents",
+	} {
+		if !re.MatchString(left) {
+			t.Errorf("quickSkip keeps %q", left)
+		}
 	}
 }
