@@ -34,8 +34,8 @@ build:
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
 ## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the Kubernetes
 ## end-to-end scenarios on one node (make e2e) and on two (make e2e-multinode), and
-## Kubernetes' own storage suite (make e2e-storage) without its [Slow] specs and a few
-## kubelet-side variants, which `make e2e-storage` alone runs too (tests/k8s quickSkip).
+## Kubernetes' own storage suite (make e2e-storage) with one spec of each kind
+## (tests/k8s quickSpecs); `make e2e-storage` alone runs all of them.
 test: check helm unit fuzz-short test-nfs e2e e2e-multinode e2e-storage
 test: E2E_STORAGE_QUICK = 1
 
@@ -238,8 +238,8 @@ e2e-multinode: lab-image $(HELM)
 ## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
 ## E2E_STORAGE_MINUTES. The full output and the JUnit report land in bin/e2e-storage-out.
 ## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
-## how many specs run at once; E2E_STORAGE_QUICK=1 leaves out the [Slow] specs and the
-## kubelet-side variants of tests/k8s quickSkip (make test does).
+## how many specs run at once; E2E_STORAGE_QUICK=1 runs only one spec of each kind
+## (tests/k8s quickSpecs; make test does).
 E2E_STORAGE_MINUTES ?= 50
 E2E_STORAGE_QUICK ?= 0
 e2e-storage: lab-image $(HELM)

@@ -73,33 +73,33 @@ FAIL! -- 1 Passed | 1 Failed | 0 Pending | 7671 Skipped
 	}
 }
 
-// TestQuickSkipKeepsOneOfEachKind: make test's selection leaves out the
-// [Slow] specs and kubelet-side variants, and keeps a spec of each kind
-// they vary.
-func TestQuickSkipKeepsOneOfEachKind(t *testing.T) {
-	re := regexp.MustCompile(quickSkip)
+// TestQuickSelection: make test's selection keeps one spec of each kind
+// and leaves out their variants and the [Slow] specs.
+func TestQuickSelection(t *testing.T) {
+	f, k := quickSelection(suiteFocus, suiteSkip)
+	focus, skip := regexp.MustCompile(f), regexp.MustCompile(k)
+	runs := func(spec string) bool { return focus.MatchString(spec) && !skip.MatchString(spec) }
 	const p = "External Storage [Driver: nfsdir.csi.io] [Testpattern: "
 	for _, kept := range []string{
 		p + "Dynamic PV (default fs)] subPath should support existing directory",
-		p + "Dynamic PV (default fs)] subPath should support file as subpath [LinuxOnly]",
-		p + "Dynamic PV (default fs)] subPath should support readOnly directory specified in the volumeMount",
-		p + "Generic Ephemeral-volume (default fs) (immediate-binding)] ephemeral should support expansion of pvcs created for ephemeral pvcs",
-		p + "CSI Ephemeral-volume (default fs)] ephemeral should support two pods which have the same volume definition",
+		p + "Dynamic PV (default fs)] provisioning should provision storage with pvc data source",
+		p + "Generic Ephemeral-volume (default fs) (immediate-binding)] ephemeral should create read/write inline ephemeral volume",
 		p + "Dynamic PV (default fs)] fsgroupchangepolicy (OnRootMismatch)[LinuxOnly], pod created with an initial fsgroup, new pod fsgroup applied to volume contents",
-		p + "Dynamic Snapshot (retain policy)] snapshottable [Feature:VolumeSnapshotDataSource] volume snapshot controller  should check snapshot fields",
+		p + "Dynamic Snapshot (delete policy)] snapshottable [Feature:VolumeSnapshotDataSource] volume snapshot controller  should check snapshot fields",
 	} {
-		if re.MatchString(kept) {
-			t.Errorf("quickSkip leaves out %q", kept)
+		if !runs(kept) {
+			t.Errorf("the quick selection leaves out %q", kept)
 		}
 	}
 	for _, left := range []string{
-		p + "Dynamic PV (default fs)] volumeIO should write files of various sizes, verify size, validate content [Slow] [Slow]",
-		p + "Generic Ephemeral-volume (default fs) (late-binding)] ephemeral should support expansion of pvcs created for ephemeral pvcs",
-		p + "Dynamic PV (default fs)] subPath should support non-existent path",
+		p + "Dynamic PV (default fs)] provisioning should provision storage with pvc data source in parallel [Slow] [Slow]",
+		p + "Dynamic PV (default fs)] subPath should support existing directories when readOnly specified in the volumeSource",
+		p + "Generic Ephemeral-volume (default fs) (late-binding)] ephemeral should create read/write inline ephemeral volume",
 		p + "Dynamic PV (default fs)] fsgroupchangepolicy (Always)[LinuxOnly], pod created with an initial fsgroup, volume contents ownership changed via chgrp in first pod, new pod with same fsgroup applied to the volume contents",
+		p + "Dynamic PV (block volmode)] volumes should store data",
 	} {
-		if !re.MatchString(left) {
-			t.Errorf("quickSkip keeps %q", left)
+		if runs(left) {
+			t.Errorf("the quick selection runs %q", left)
 		}
 	}
 }
