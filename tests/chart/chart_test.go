@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -170,6 +171,27 @@ func TestSchemaRejectsTyposAndWrongTypes(t *testing.T) {
 	}
 }
 
+// checkStartupProbes: every container kubelet checks for liveness first has
+// a startup probe of the same check, and the liveness probe no initial
+// delay, so a container that is slow to start on a loaded node is neither
+// restarted nor reported unhealthy for it, and one that hangs later is.
+func checkStartupProbes(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	for _, c := range spec.Containers {
+		l, s := c.LivenessProbe, c.StartupProbe
+		if l == nil {
+			continue
+		}
+		if s == nil || !reflect.DeepEqual(s.ProbeHandler, l.ProbeHandler) || l.InitialDelaySeconds != 0 {
+			t.Errorf("%s: liveness probe %+v with startup probe %+v", c.Name, l, s)
+			continue
+		}
+		if budget := s.PeriodSeconds * s.FailureThreshold; budget < 120 {
+			t.Errorf("%s: the startup probe gives a container %d s to start", c.Name, budget)
+		}
+	}
+}
+
 func container(t *testing.T, spec corev1.PodSpec, name string) *corev1.Container {
 	t.Helper()
 	for i := range spec.Containers {
@@ -298,6 +320,8 @@ func TestInvariants(t *testing.T) {
 
 			// Node.
 			ds := r.daemonSets[0].Spec.Template.Spec
+			checkStartupProbes(t, dep)
+			checkStartupProbes(t, ds)
 			node := container(t, ds, "nfsdir")
 			reg := container(t, ds, "node-driver-registrar")
 			if node == nil || reg == nil || container(t, ds, "liveness-probe") == nil {

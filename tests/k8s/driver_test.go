@@ -737,21 +737,41 @@ func (c *cluster) nodeHTTPOnThePodIP() {
 		}
 	}
 	// The driver's pods now (earlier ones were deleted on purpose by the
-	// steps above, which cancels their probes in flight).
+	// steps above, which cancels their probes in flight), and whether each
+	// has started all its containers.
 	current := map[string]bool{}
 	for _, p := range c.pods(driverNS, "app.kubernetes.io/name=nfsdir") {
-		current[p.Name] = true
+		current[p.Name] = allStarted(p)
 	}
 	events, err := c.kube.CoreV1().Events(driverNS).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=Unhealthy"})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if current[e.InvolvedObject.Name] {
+		started, isCurrent := current[e.InvolvedObject.Name]
+		if isCurrent && !(started && expectedWhileStarting(e.Message)) {
 			c.t.Errorf("%s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
 		}
 	}
 	c.stage("node metrics and health served on " + nodeIP + " only")
+}
+
+// allStarted: every container of p has passed its startup probe.
+func allStarted(p corev1.Pod) bool {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Started == nil || !*s.Started {
+			return false
+		}
+	}
+	return len(p.Status.ContainerStatuses) > 0
+}
+
+// expectedWhileStarting: a startup probe's failure, which kubelet reports
+// while a container starts (its process not yet listening, the driver not
+// yet answering) and which, once the container has started, did what it is
+// for. A liveness probe's failure never is.
+func expectedWhileStarting(message string) bool {
+	return strings.HasPrefix(message, "Startup probe failed")
 }
 
 // noContainerRestarted: after all of the above, no container of the driver
