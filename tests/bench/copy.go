@@ -19,7 +19,7 @@ import (
 
 var (
 	copyFiles = flag.Int("copy-files", 10000, "files in the tree the copy rows copy (0: skip them)")
-	copyMiB   = flag.Int("copy-mib", 200, "MiB of data in that tree (the lab's export holds 1 GiB)")
+	copyMiB   = flag.Int("copy-mib", 200, "MiB of data in that tree (the export is grown to hold three copies and a tar.gz; give the guest the memory: NFSDIR_LAB_MEM)")
 	copyVers  = flag.String("copy-nfsvers", "4.2", "NFS version of the copy rows' mount")
 	copyWork  = flag.Int("copy-workers", treecopy.Default.Workers, "files the copy engine copies at once")
 )
@@ -43,6 +43,9 @@ func copyRows(server, export, work string) {
 	if *copyFiles <= 0 {
 		return
 	}
+	// The tree, a snapshot and its restore (or tar.gz and its unpacking)
+	// are on the export at once.
+	growTmpfs(export, 3**copyMiB+*copyMiB/2+64)
 	src := makeCopyTree(export, *copyFiles, *copyMiB)
 	defer os.RemoveAll(src)
 	copyRowsThrough(export, filepath.Join(work, "copy-mnt"), server+":"+export, []string{"nfsvers=" + *copyVers},
@@ -136,6 +139,7 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 	// A clone: one copy, against cp -a.
 	var res treecopy.Result
 	clone := measure(func() { res = engine("copy-src", "copy-clone") })
+	sameFiles(filepath.Join(export, "copy-src"), filepath.Join(export, "copy-clone"))
 	clean("copy-clone")
 	cp := measure(func() { run("/opt/gnu/cp", "-a", filepath.Join(mnt, "copy-src"), filepath.Join(mnt, "copy-cp")) })
 	clean("copy-cp")
@@ -151,6 +155,7 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 		engine("copy-src", "copy-snap")
 		engine("copy-snap", "copy-restored")
 	})
+	sameFiles(filepath.Join(export, "copy-src"), filepath.Join(export, "copy-restored"))
 	clean("copy-snap", "copy-restored")
 	tgz := filepath.Join(mnt, "copy.tar.gz")
 	tgzTook := measure(func() {
@@ -164,17 +169,55 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB wire", snap.calls, tgzTook.calls, float64(snap.wire)/(1<<20), float64(tgzTook.wire)/(1<<20)))
 }
 
-var reflinkMiB = flag.Int("reflink-mib", 256, "MiB of data the reflink rows snapshot (and an eighth of it for comparison; 0: skip them)")
+var reflinkMiB = flag.Int("reflink-mib", 256, "MiB of data the reflink rows snapshot (and a quarter of it, also against tar.gz; 0: skip them)")
 
-// reflinkRows measures a snapshot (one copy by the engine) on the lab's XFS
+// growTmpfs makes the tmpfs export at least mib MiB large (the lab makes
+// it 1 GiB; the memory is the guest's, NFSDIR_LAB_MEM).
+func growTmpfs(export string, mib int) {
+	if mib <= 1024 {
+		return
+	}
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%dm", mib), export).CombinedOutput(); err != nil {
+		die(fmt.Errorf("grow %s to %d MiB: %v %s", export, mib, err, out))
+	}
+}
+
+// reflinkExport is an XFS export with reflink=1 that holds mib MiB: the
+// lab's (a 1 GiB image) when that is enough, else one made for the bench
+// the same way (a sparse image on the guest's tmpfs, on a loop device).
+func reflinkExport(mib int) string {
+	if mib <= 900 {
+		return lab.XFSExport()
+	}
+	const dir, image, dev = "/export-xfs-bench", "/run/xfs/bench-image", "/dev/loop3"
+	steps := [][]string{
+		{"sh", "-c", "[ -b " + dev + " ] || mknod " + dev + " b 7 3"},
+		{"truncate", "-s", fmt.Sprintf("%dM", mib+mib/8+256), image},
+		{"losetup", dev, image},
+		{"mkfs.xfs", "-q", "-m", "reflink=1", dev},
+		{"mkdir", "-p", dir},
+		{"mount", "-t", "xfs", "-o", "discard", dev, dir}, // freed blocks leave the guest's memory
+		{"exportfs", "-o", "rw,sync,no_subtree_check,no_root_squash,insecure,fsid=9", "*:" + dir},
+	}
+	for _, st := range steps {
+		if out, err := exec.Command(st[0], st[1:]...).CombinedOutput(); err != nil {
+			die(fmt.Errorf("XFS export for %d MiB: %v: %v %s", mib, st, err, out))
+		}
+	}
+	return dir
+}
+
+// reflinkRows measures a snapshot (one copy by the engine) on an XFS
 // export with reflink=1, where each file is an NFSv4.2 CLONE: the time
 // should not depend on the data's size, so the row compares reflinkMiB
-// against an eighth of it in as many files.
+// against a quarter of it in as many files, and that quarter against
+// csi-driver-nfs's tar.gz of it.
 func reflinkRows(server, work string) {
 	if *reflinkMiB <= 0 {
 		return
 	}
-	export := lab.XFSExport()
+	// The large tree, then the small one with its tar.gz (never together).
+	export := reflinkExport(*reflinkMiB)
 	mnt := filepath.Join(work, "reflink-mnt")
 	os.MkdirAll(mnt, 0o755)
 	if out, err := exec.Command("mount", "-t", "nfs", "-o", "nfsvers=4.2", server+":"+export, mnt).CombinedOutput(); err != nil {
@@ -227,14 +270,60 @@ func reflinkRows(server, work string) {
 			calls += n - ops0[op]
 		}
 		fmt.Printf("  reflink snapshot of %d MiB: %+v; CLONE %d\n", mib, res, ops["CLONE"]-ops0["CLONE"])
+		sameFiles(filepath.Join(export, "copy-src"), filepath.Join(export, "copy-snap"))
 		return traffic{took: took, calls: calls, wire: wire - wire0}
 	}
-	small := snapshot(*reflinkMiB/8, false)
-	large := snapshot(*reflinkMiB, true)
+	large := snapshot(*reflinkMiB, false)
+	small := snapshot(*reflinkMiB/4, true)
 	add(fmt.Sprintf("snapshot by the copy engine on XFS reflink=1, 64 files, %d MiB", *reflinkMiB), large.took, small.took,
-		fmt.Sprintf("vs %d MiB in as many files: independent of size", *reflinkMiB/8), true,
+		fmt.Sprintf("vs %d MiB in as many files: independent of size", *reflinkMiB/4), true,
 		fmt.Sprintf("%d vs %d; %.2f vs %.2f MiB wire", large.calls, small.calls, float64(large.wire)/(1<<20), float64(small.wire)/(1<<20)))
-	add(fmt.Sprintf("snapshot by the copy engine on XFS reflink=1, 64 files, %d MiB", *reflinkMiB), large.took, tgz.took,
+	add(fmt.Sprintf("snapshot by the copy engine on XFS reflink=1, 64 files, %d MiB", *reflinkMiB/4), small.took, tgz.took,
 		"vs tar -czf onto the share (csi-driver-nfs)", true,
-		fmt.Sprintf("%d vs %d; %.2f vs %.0f MiB wire", large.calls, tgz.calls, float64(large.wire)/(1<<20), float64(tgz.wire)/(1<<20)))
+		fmt.Sprintf("%d vs %d; %.2f vs %.0f MiB wire", small.calls, tgz.calls, float64(small.wire)/(1<<20), float64(tgz.wire)/(1<<20)))
+}
+
+// sameFiles checks, on the server's side, that every regular file below
+// src has a copy below dst of the same size and modification time, and
+// the same first and last MiB: a timed copy that left something out would
+// make its row meaningless.
+func sameFiles(src, dst string) {
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		a, b := mustStat(p), mustStat(filepath.Join(dst, rel))
+		if a.Size != b.Size || a.Mtim != b.Mtim {
+			return fmt.Errorf("%s: copy has size %d, mtime %v; source %d, %v", rel, b.Size, b.Mtim, a.Size, a.Mtim)
+		}
+		for _, off := range []int64{0, max(a.Size-1<<20, 0)} {
+			if x, y := chunk(p, off), chunk(filepath.Join(dst, rel), off); string(x) != string(y) {
+				return fmt.Errorf("%s: the copy differs at %d", rel, off)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		die(fmt.Errorf("the copy is not the source: %w", err))
+	}
+}
+
+func mustStat(p string) unix.Stat_t {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		die(err)
+	}
+	return st
+}
+
+func chunk(p string, off int64) []byte {
+	f, err := os.Open(p)
+	if err != nil {
+		die(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1<<20)
+	n, _ := f.ReadAt(b, off)
+	return b[:n]
 }
