@@ -135,13 +135,22 @@ func writeSynced(name string, b []byte) error {
 	return err
 }
 
-// run does op on the claims of the volume's share within claimTimeout.
-func (c *nodeClaims) run(ctx context.Context, volumeID string, op func(context.Context, publock.Files) error) error {
+// run does op on the claims of the volume's share within claimTimeout,
+// after the volume's claim operation in flight, if any: a publish or an
+// unpublish waits up to a third of claimTimeout for it (a renewal, as a
+// rule, done in milliseconds), a renewal (wait false) does not.
+func (c *nodeClaims) run(ctx context.Context, volumeID string, wait bool, op func(context.Context, publock.Files) error) error {
 	id, err := volumeid.Parse(volumeID)
 	if err != nil {
 		return nil // not an nfsdir volume: no claims (README)
 	}
-	if !c.inflight.TryAcquire(volumeID) {
+	acquired := c.inflight.TryAcquire(volumeID)
+	if !acquired && wait {
+		wctx, cancel := context.WithTimeout(ctx, claimTimeout/3)
+		acquired = c.inflight.Acquire(wctx, volumeID)
+		cancel()
+	}
+	if !acquired {
 		return fault.New(fault.Aborted, "a claim operation on volume %q is still in progress (is its NFS server answering?); retry later", volumeID)
 	}
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
@@ -185,7 +194,7 @@ func (c *nodeClaims) run(ctx context.Context, volumeID string, op func(context.C
 // target is added while the volume's claim operation is still the only
 // one, so a drop that follows sees it and keeps the claim.
 func (c *nodeClaims) take(ctx context.Context, volumeID, subDir, target string) error {
-	err := c.run(ctx, volumeID, func(ctx context.Context, f publock.Files) error {
+	err := c.run(ctx, volumeID, true, func(ctx context.Context, f publock.Files) error {
 		took, err := f.Take(ctx, publock.Name(subDir), volumeID)
 		if err != nil {
 			return err
@@ -245,7 +254,7 @@ func (c *nodeClaims) release(ctx context.Context, volumeID, target string) {
 
 // drop frees the claim of h unless a target was added meanwhile.
 func (c *nodeClaims) drop(ctx context.Context, volumeID string, h *heldClaim) {
-	err := c.run(ctx, volumeID, func(ctx context.Context, f publock.Files) error {
+	err := c.run(ctx, volumeID, true, func(ctx context.Context, f publock.Files) error {
 		c.mu.Lock()
 		busy := len(h.Targets) > 0 || c.held[volumeID] != h
 		c.mu.Unlock()
@@ -321,7 +330,17 @@ func (c *nodeClaims) renewOne(ctx context.Context, id string) {
 		c.drop(ctx, id, h)
 		return
 	}
-	err := c.run(ctx, id, func(ctx context.Context, f publock.Files) error {
+	err := c.run(ctx, id, false, func(ctx context.Context, f publock.Files) error {
+		// Looked at again now that no other operation on the volume's
+		// claim runs: an unpublish that came since took the last target
+		// and drops the claim, or dropped it already, and a renewal now
+		// would take the free claim again for nothing.
+		c.mu.Lock()
+		gone := c.held[id] != h || len(h.Targets) == 0
+		c.mu.Unlock()
+		if gone {
+			return nil
+		}
 		return f.Renew(ctx, publock.Name(h.SubDir), id)
 	})
 	var held *publock.HeldError

@@ -2,6 +2,7 @@ package csiserver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -217,4 +218,85 @@ func TestRenewalLeavesAPublishInProgressAlone(t *testing.T) {
 	mt.set("/t/a", false)
 	a.renew(ctx)
 	wantCode(t, "b takes once a's mount is gone", b.take(ctx, vol, "x", "/t/b"), codes.OK)
+}
+
+// gatedDir is a claims directory whose next operation, once armed, waits
+// at the gate: it tells when it got there, then waits to be let on.
+type gatedDir struct {
+	claimsDir
+	mu      sync.Mutex
+	arrived chan struct{} // closed when the armed operation reaches the gate
+	open    chan struct{} // closed to let it on
+}
+
+func (d *gatedDir) arm() (arrived, open chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.arrived, d.open = make(chan struct{}), make(chan struct{})
+	return d.arrived, d.open
+}
+
+func (d *gatedDir) Claims(ctx context.Context, id volumeid.ID, fn func(*os.Root) error) error {
+	d.mu.Lock()
+	arrived, open := d.arrived, d.open
+	d.arrived, d.open = nil, nil
+	d.mu.Unlock()
+	if arrived != nil {
+		close(arrived)
+		<-open
+	}
+	return d.claimsDir.Claims(ctx, id, fn)
+}
+
+// TestUnpublishDuringARenewalFreesTheClaim: the lab's two-node test once
+// found a claim still on the server after the last unpublish. A renewal
+// that had decided to renew (its target still mounted) was on its way to
+// the server when the unpublish dropped the claim: the drop gave up on the
+// busy volume, or went first and the renewal took the free claim again.
+// Either way the other node was refused the volume until the claim lapsed.
+func TestUnpublishDuringARenewalFreesTheClaim(t *testing.T) {
+	for _, dropFirst := range []bool{false, true} {
+		ctx := context.Background()
+		root, err := os.OpenRoot(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		dir := &gatedDir{claimsDir: claimsDir{root}}
+		mt := &mountTable{}
+		a := newClaims(t, dir, "node-a", filepath.Join(t.TempDir(), "a.json"), mt)
+		b := newClaims(t, claimsDir{root}, "node-b", filepath.Join(t.TempDir(), "b.json"), &mountTable{})
+		vol := testVolumeID(t)
+		wantCode(t, "a takes", a.take(ctx, vol, "x", "/t/a"), codes.OK)
+		mt.set("/t/a", true)
+		a.published(vol, "/t/a")
+
+		arrived, open := dir.arm()
+		renewed := make(chan struct{})
+		go func() { defer close(renewed); a.renewOne(ctx, vol) }()
+		<-arrived // the renewal is on its way to the server
+		mt.set("/t/a", false)
+		released := make(chan struct{})
+		if dropFirst {
+			// The renewal's operation reaches the server only after the
+			// drop: its in-flight mark taken off, as when its own wait
+			// ran out.
+			a.inflight.Release(vol)
+			a.release(ctx, vol, "/t/a")
+			close(released)
+			a.inflight.TryAcquire(vol)
+		} else {
+			go func() { defer close(released); a.release(ctx, vol, "/t/a") }()
+			// The unpublish either gives up on the busy volume at
+			// once, or waits for the renewal: let it do either first.
+			select {
+			case <-released:
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+		close(open)
+		<-renewed
+		<-released
+		wantCode(t, fmt.Sprintf("b takes after a's last unpublish (drop first: %v)", dropFirst), b.take(ctx, vol, "x", "/t/b"), codes.OK)
+	}
 }
