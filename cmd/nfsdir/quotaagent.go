@@ -20,7 +20,7 @@ import (
 // quotaAgentArgs are the arguments of `nfsdir quota-agent`.
 type quotaAgentArgs struct {
 	listen, auditLog, projects string
-	exports                    []string
+	exports, copyExports       []string
 	tls                        quotaagent.Files
 }
 
@@ -29,6 +29,7 @@ func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 	fs := pflag.NewFlagSet("nfsdir quota-agent", pflag.ContinueOnError)
 	fs.StringVar(&a.listen, "listen", ":29700", "host:port to serve the quota API on (TCP, mutual TLS)")
 	fs.StringArrayVar(&a.exports, "export", nil, "an export root: share=directory, the share as NFS clients mount it and its local directory (repeatable; e.g. /srv/k8s=/srv/k8s, or /=/srv/nfs for an NFSv4 root)")
+	fs.StringArrayVar(&a.copyExports, "copy-export", nil, "an export root served for server-side copies only (snapshots, restores, clones), on any file system: share=directory (repeatable)")
 	fs.StringVar(&a.tls.Cert, "tls-cert", "", "the agent's certificate (PEM; read again when it changes)")
 	fs.StringVar(&a.tls.Key, "tls-key", "", "its private key (PEM)")
 	fs.StringVar(&a.tls.CA, "client-ca", "", "the CA that signs the controller's client certificates (PEM)")
@@ -38,12 +39,18 @@ func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 		return a, quotaagent.Config{}, err
 	}
 	var cfg quotaagent.Config
-	for _, e := range a.exports {
-		share, dir, ok := strings.Cut(e, "=")
-		if !ok || share == "" || dir == "" {
-			return a, cfg, fmt.Errorf("--export %q: want share=directory", e)
+	for _, f := range []struct {
+		flag string
+		in   []string
+		out  *[]quotaagent.Export
+	}{{"--export", a.exports, &cfg.Exports}, {"--copy-export", a.copyExports, &cfg.CopyExports}} {
+		for _, e := range f.in {
+			share, dir, ok := strings.Cut(e, "=")
+			if !ok || share == "" || dir == "" {
+				return a, cfg, fmt.Errorf("%s %q: want share=directory", f.flag, e)
+			}
+			*f.out = append(*f.out, quotaagent.Export{Share: share, Dir: dir})
 		}
-		cfg.Exports = append(cfg.Exports, quotaagent.Export{Share: share, Dir: dir})
 	}
 	first, last, ok := strings.Cut(a.projects, "-")
 	f, err1 := strconv.ParseUint(first, 10, 32)
@@ -84,6 +91,6 @@ func runQuotaAgent(args []string, _ io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	klog.Infof("quota agent serving on %s for %d export roots, projects %s", l.Addr(), len(cfg.Exports), a.projects)
+	klog.Infof("quota agent serving on %s for %d export roots (quotas and copies) and %d for copies only, projects %s", l.Addr(), len(cfg.Exports), len(cfg.CopyExports), a.projects)
 	return quotaagent.Serve(ctx, l, agent, tlsCfg)
 }

@@ -94,7 +94,7 @@ func (s *Controller) clearQuota(ctx context.Context, e export.Export, rec *provi
 }
 
 func noQuotaClient(agent string) error {
-	return fault.New(fault.FailedPrecondition, "the volume's quota agent is %s, and the controller has no client certificate for quota agents: start it with --quota-tls-cert, --quota-tls-key and --quota-ca (chart: quota.clientSecret)", agent)
+	return fault.New(fault.FailedPrecondition, "the volume's agent is %s, and the controller has no client certificate for quota agents: start it with --quota-tls-cert, --quota-tls-key and --quota-ca (chart: quota.clientSecret)", agent)
 }
 
 // claimReader reads what subDir templates may use of a claim
@@ -157,8 +157,12 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if cp.QuotaAgent != "" && s.quotas == nil {
 		return nil, toStatus(noQuotaClient(cp.QuotaAgent))
 	}
+	if cp.CopyAgent != "" && s.quotas == nil {
+		return nil, toStatus(noQuotaClient(cp.CopyAgent))
+	}
 	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
-		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent}
+		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent,
+		CopyAgent: cp.CopyAgent}
 	mut, err := params.ParseMutable(req.GetMutableParameters())
 	if err != nil {
 		return nil, invalid("VolumeAttributesClass: %v", err)

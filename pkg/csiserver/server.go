@@ -67,16 +67,18 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	if cfg.Controller() {
 		var pool *quotaagent.Pool
 		acct := shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}
+		copying := shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}
 		if cfg.QuotaCert != "" || cfg.QuotaKey != "" || cfg.QuotaCA != "" {
 			var err error
 			if pool, err = quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA}); err != nil {
 				return nil, fmt.Errorf("quota agents' client certificate: %w", err)
 			}
 			acct.Server = agentUsage{pool}
+			copying.Remote = pool
 		}
 		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers,
 			Accounting: acct,
-			Copying:    shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}}, m)
+			Copying:    copying}, m)
 		if err != nil {
 			return nil, err
 		}

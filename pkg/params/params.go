@@ -33,6 +33,7 @@ const (
 	KeyMountOptions     = "mountoptions"
 	KeyAllowShared      = "allowsharedsubdir"
 	KeyQuotaAgent       = "quotaagent"
+	KeyCopyAgent        = "copyagent"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -41,7 +42,8 @@ const (
 // spelling is how the documentation spells the keys whose lower case
 // differs.
 var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
-	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent"}
+	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
+	KeyCopyAgent: "copyAgent"}
 
 // kubernetesPrefixes start the keys Kubernetes components add on their own:
 // csi.storage.k8s.io/ (kubelet's pod info and ephemeral flag, the
@@ -84,6 +86,9 @@ type Create struct {
 	// QuotaAgent is the host:port of the quota agent that enforces the
 	// volume's size on the server (quotaAgent); "": none.
 	QuotaAgent string
+	// CopyAgent is the host:port of the agent that copies the volume's
+	// trees on the server (copyAgent); "": the quota agent, if any.
+	CopyAgent string
 }
 
 // NeedsClaim reports whether the subDir template of StorageClass
@@ -104,7 +109,7 @@ func NeedsClaim(p map[string]string) bool {
 // annotations.
 func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	m, err := lower(p, "parameter", KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyPVCName, KeyPVCNamespace, KeyPVName)
+		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyPVCName, KeyPVCNamespace, KeyPVName)
 	if err != nil {
 		return Create{}, err
 	}
@@ -148,6 +153,11 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 		}
 		if c.Shared {
 			return Create{}, fmt.Errorf("parameter \"quotaAgent\" cannot limit a shared directory (allowSharedSubDir): its volumes would share one limit")
+		}
+	}
+	if v, ok := m[KeyCopyAgent]; ok {
+		if c.CopyAgent, err = ParseEndpoint(v); err != nil {
+			return Create{}, fmt.Errorf("parameter \"copyAgent\" %v", err)
 		}
 	}
 	return c, nil

@@ -33,6 +33,9 @@ type Area struct {
 	umu       sync.Mutex
 	usage     *os.Root // .nfsdir/usage, once opened (usageDir)
 	snapshots *os.Root // .nfsdir/snapshots, once opened (snapshotDir)
+
+	remote      RemoteCopier // copies by agents on the server (UseRemote)
+	remoteShare string       // the share as the agents know it
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no

@@ -69,7 +69,7 @@ func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copi
 		return res, errors.Join(onShare(err, "open %s", path.Join(snapshotsDir, attempt)), a.trashSnapshotData(dir, attempt))
 	}
 	defer unix.Close(dst)
-	res, err = c.Copy(ctx, src, dst, true)
+	res, err = a.copyTree(ctx, c, vol.CopiedBy(), src, dst, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, CopyDir{Snapshot: attempt}, true)
 	if err != nil {
 		return res, errors.Join(onShare(err, "snapshot %q of volume %q", s.Name, vol.Name), a.trashSnapshotData(dir, attempt))
 	}
@@ -176,12 +176,14 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 		defer archive.Close()
 		copyInto = func(dst int) (treecopy.Result, error) { return treecopy.Unpack(ctx, archive, dst) }
 	} else {
-		src, err := a.openSource(rec)
+		src, from, err := a.openSource(rec)
 		if err != nil {
 			return res, err
 		}
 		defer unix.Close(src)
-		copyInto = func(dst int) (treecopy.Result, error) { return c.Copy(ctx, src, dst, false) }
+		copyInto = func(dst int) (treecopy.Result, error) {
+			return a.copyTree(ctx, c, rec.CopiedBy(), src, dst, from, CopyDir{SubDir: rec.SubDir, Token: rec.Token}, false)
+		}
 	}
 	dst, err := a.emptyVolumeDir(id, rec)
 	if err != nil {
@@ -248,39 +250,40 @@ func (a *Area) openArchive(rel string) (int, error) {
 	return fd, nil
 }
 
-// openSource opens the directory the volume rec is filled from.
-func (a *Area) openSource(rec *Record) (int, error) {
+// openSource opens the directory the volume rec is filled from, and names
+// it for a copy agent.
+func (a *Area) openSource(rec *Record) (int, CopyDir, error) {
 	src := rec.Source
 	if src.Snapshot {
 		s, err := a.LookupSnapshot(volumeid.ID{Key: src.Key, Token: src.Token})
 		if err != nil {
-			return -1, err
+			return -1, CopyDir{}, err
 		}
 		if s == nil {
-			return -1, fault.New(fault.FailedPrecondition, "volume %q: the snapshot it is restored from was deleted before the restore was complete; delete the volume", rec.Name)
+			return -1, CopyDir{}, fault.New(fault.FailedPrecondition, "volume %q: the snapshot it is restored from was deleted before the restore was complete; delete the volume", rec.Name)
 		}
 		dir, err := a.snapshotDir(false)
 		if err != nil {
-			return -1, err
+			return -1, CopyDir{}, err
 		}
 		fd, err := openAt(dir, s.dataName())
 		if err != nil {
-			return -1, onShare(err, "open the copy of snapshot %q", s.Name)
+			return -1, CopyDir{}, onShare(err, "open the copy of snapshot %q", s.Name)
 		}
-		return fd, nil
+		return fd, CopyDir{Snapshot: s.dataName()}, nil
 	}
 	vol, err := a.Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
 	if err != nil {
-		return -1, err
+		return -1, CopyDir{}, err
 	}
 	if vol == nil || vol.FileID == 0 {
-		return -1, fault.New(fault.FailedPrecondition, "volume %q: the volume it is cloned from was deleted before the clone was complete; delete the volume", rec.Name)
+		return -1, CopyDir{}, fault.New(fault.FailedPrecondition, "volume %q: the volume it is cloned from was deleted before the clone was complete; delete the volume", rec.Name)
 	}
 	fd, err := a.openVolumeDir(vol)
 	if err != nil {
-		return -1, onShare(err, "open the directory of volume %q", vol.Name)
+		return -1, CopyDir{}, onShare(err, "open the directory of volume %q", vol.Name)
 	}
-	return fd, nil
+	return fd, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, nil
 }
 
 // emptyVolumeDir opens the sealed directory of the filling volume rec,

@@ -61,6 +61,11 @@ type Record struct {
 	// volume's capacity on the server: expansion raises the limit there,
 	// and deletion clears it first. Empty: no quota.
 	QuotaAgent string `json:"quotaAgent,omitempty"`
+	// CopyAgent is the host:port of the agent that copies the volume's
+	// tree on the server (its snapshots, clones, and its own fill from a
+	// snapshot or volume). Empty: the quota agent if any, else the
+	// controller through its share mount.
+	CopyAgent string `json:"copyAgent,omitempty"`
 	// FileID is the volume directory's inode number (NFS fileid), recorded
 	// once the directory exists: a directory at SubDir with another FileID
 	// is not the one nfsdir created, and is never deleted or archived. 0:

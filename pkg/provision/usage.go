@@ -322,6 +322,7 @@ func (a *Area) dropFigure(key, token string) {
 type View struct {
 	root                 *os.Root // the share root, the caller's
 	meta, volumes, usage *os.Root // usage nil: no figure counted yet
+	owner                uint32   // the metadata area's owner
 }
 
 // OpenView opens the metadata area below root for reading; a share
@@ -352,6 +353,7 @@ func OpenView(root *os.Root) (_ *View, err error) {
 	if err := checkMetaDir(meta, ".", safepath.MetaDir, sys.Uid); err != nil {
 		return nil, err
 	}
+	v.owner = sys.Uid
 	for _, d := range []struct {
 		name string
 		r    **os.Root

@@ -19,6 +19,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/grpcstatus"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/quota"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
 )
 
 // Export is one export root the agent serves: the share as NFS clients
@@ -30,7 +31,15 @@ type Export struct {
 
 // Config is an agent's configuration.
 type Config struct {
+	// Exports are served for quotas and copies: on file systems with
+	// project quotas.
 	Exports []Export
+	// CopyExports are served for copies only (any file system).
+	CopyExports []Export
+	// Copier makes the copies; its zero value means treecopy.Default.
+	Copier treecopy.Copier
+	// CopyWorkers bounds the copies made at once (0: 2); more wait.
+	CopyWorkers int
 	// Projects is the range of project IDs the agent gives volumes,
 	// inclusive; IDs outside it are never touched.
 	FirstProject, LastProject uint32
@@ -42,6 +51,8 @@ type Config struct {
 type Agent struct {
 	cfg     Config
 	exports map[string]string // share -> local directory
+	quotas  map[string]bool   // shares served for quotas (not copies only)
+	copies  chan struct{}     // one token per copy being made
 	mu      sync.Mutex        // one change at a time: project allocation
 	next    uint32
 	auditMu sync.Mutex
@@ -50,26 +61,82 @@ type Agent struct {
 // New checks cfg (every export root is a directory on a file system with
 // project quotas) and returns the agent.
 func New(cfg Config) (*Agent, error) {
-	if len(cfg.Exports) == 0 {
-		return nil, fmt.Errorf("no export roots: give at least one --export share=directory")
+	if len(cfg.Exports)+len(cfg.CopyExports) == 0 {
+		return nil, fmt.Errorf("no export roots: give at least one --export share=directory (or --copy-export)")
 	}
 	if cfg.FirstProject == 0 || cfg.LastProject < cfg.FirstProject {
 		return nil, fmt.Errorf("project ID range %d-%d: want 0 < first <= last", cfg.FirstProject, cfg.LastProject)
 	}
-	a := &Agent{cfg: cfg, exports: map[string]string{}, next: cfg.FirstProject}
-	for _, e := range cfg.Exports {
+	if cfg.Copier.MaxOpen == 0 {
+		cfg.Copier = treecopy.Default
+	}
+	if cfg.CopyWorkers <= 0 {
+		cfg.CopyWorkers = 2
+	}
+	a := &Agent{cfg: cfg, exports: map[string]string{}, quotas: map[string]bool{}, next: cfg.FirstProject,
+		copies: make(chan struct{}, cfg.CopyWorkers)}
+	for i, e := range append(append([]Export(nil), cfg.Exports...), cfg.CopyExports...) {
 		share := path.Clean("/" + e.Share)
 		if !path.IsAbs(e.Dir) {
 			return nil, fmt.Errorf("export %s: directory %q is not absolute", share, e.Dir)
 		}
-		fs, err := quota.Open(e.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("export %s: %w", share, err)
+		if _, dup := a.exports[share]; dup {
+			return nil, fmt.Errorf("export %s is given twice", share)
 		}
-		fs.Close()
+		if i < len(cfg.Exports) {
+			fs, err := quota.Open(e.Dir)
+			if err != nil {
+				return nil, fmt.Errorf("export %s: %w (for copies only, give it with --copy-export)", share, err)
+			}
+			fs.Close()
+			a.quotas[share] = true
+		} else if st, err := os.Stat(e.Dir); err != nil || !st.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("not a directory")
+			}
+			return nil, fmt.Errorf("export %s: %s: %w", share, e.Dir, err)
+		}
 		a.exports[share] = path.Clean(e.Dir)
 	}
 	return a, nil
+}
+
+// view is nfsdir's records of one export root, read-only.
+type view struct {
+	*provision.View
+	root *os.Root
+}
+
+func (v view) close() {
+	v.View.Close()
+	v.root.Close()
+}
+
+// view opens the records of share's export root: the agent reads them on
+// its side and acts only on what they prove nfsdir's.
+func (a *Agent) view(share string) (string, view, error) {
+	local, ok := a.exports[share]
+	if !ok {
+		return "", view{}, fault.New(fault.PermissionDenied, "share %q is not one of this agent's export roots", share)
+	}
+	root, err := os.OpenRoot(local)
+	if err != nil {
+		return "", view{}, fault.Wrap(fault.Unavailable, err, "export root %s", local)
+	}
+	v, err := provision.OpenView(root)
+	if err != nil {
+		root.Close()
+	}
+	if errors.Is(err, provision.ErrNoArea) {
+		return "", view{}, fault.New(fault.NotFound, "share %q holds no nfsdir volumes", share)
+	}
+	if errors.Is(err, os.ErrPermission) {
+		return "", view{}, fault.New(fault.PermissionDenied, "the agent may not read nfsdir's records in %s/.nfsdir (closed to all but their owner): run it as root or with CAP_DAC_READ_SEARCH", local)
+	}
+	if err != nil {
+		return "", view{}, err
+	}
+	return local, view{v, root}, nil
 }
 
 // volume is one volume's directory, opened and proven nfsdir's.
@@ -87,28 +154,15 @@ func (v *volume) close() {
 // open finds v's directory below its export root, by nfsdir's record, not
 // following any symlink.
 func (a *Agent) open(v *Volume) (*volume, error) {
-	local, ok := a.exports[path.Clean("/"+v.Share)]
-	if !ok {
-		return nil, fault.New(fault.PermissionDenied, "share %q is not one of this agent's export roots", v.Share)
+	share := path.Clean("/" + v.Share)
+	if _, ok := a.exports[share]; ok && !a.quotas[share] {
+		return nil, fault.New(fault.FailedPrecondition, "share %q is served by this agent for copies only (--copy-export): for quotas, serve it with --export, on a file system with project quotas", v.Share)
 	}
-	root, err := os.OpenRoot(local)
-	if err != nil {
-		return nil, fault.Wrap(fault.Unavailable, err, "export root %s", local)
-	}
-	defer root.Close()
-	// Read-only: the agent writes nothing on the share but project
-	// attributes and limits.
-	view, err := provision.OpenView(root)
-	if errors.Is(err, provision.ErrNoArea) {
-		return nil, fault.New(fault.NotFound, "share %q holds no nfsdir volumes", v.Share)
-	}
-	if errors.Is(err, os.ErrPermission) {
-		return nil, fault.New(fault.PermissionDenied, "the quota agent may not read nfsdir's records in %s/.nfsdir (closed to all but their owner): run it as root or with CAP_DAC_READ_SEARCH", local)
-	}
+	local, view, err := a.view(share)
 	if err != nil {
 		return nil, err
 	}
-	defer view.Close()
+	defer view.close()
 	dir, rec, err := view.OpenVolumeDir(v.SubDir, v.Token)
 	if err != nil {
 		return nil, err
@@ -234,6 +288,45 @@ func (a *Agent) Get(ctx context.Context, req *Volume) (*Usage, error) {
 	}
 	u, err := usage(v.fs, id)
 	return u, grpcstatus.Of(err)
+}
+
+// Copy implements Service: it copies a tree of the share on the server,
+// into an empty directory, with the copy engine (reflinks where the file
+// system has them, else copy_file_range), while the caller waits; the
+// caller going away stops it. Both directories must be nfsdir's
+// (provision.View.OpenCopyDir), still the ones the controller opened.
+func (a *Agent) Copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.Result, error) {
+	res, err := a.copy(ctx, req)
+	a.audit(ctx, "copy", &Volume{Share: req.Share, SubDir: req.Dst.String()}, map[string]any{"src": req.Src.String(),
+		"files": res.Files, "bytes": res.Bytes, "tookMs": res.Took.Milliseconds()}, nil, err)
+	return res, grpcstatus.Of(err)
+}
+
+func (a *Agent) copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.Result, error) {
+	res := &treecopy.Result{}
+	_, v, err := a.view(path.Clean("/" + req.Share))
+	if err != nil {
+		return res, err
+	}
+	defer v.close()
+	src, err := v.OpenCopyDir(req.Src, false)
+	if err != nil {
+		return res, err
+	}
+	defer src.Close()
+	dst, err := v.OpenCopyDir(req.Dst, true)
+	if err != nil {
+		return res, err
+	}
+	defer dst.Close()
+	select {
+	case a.copies <- struct{}{}:
+		defer func() { <-a.copies }()
+	case <-ctx.Done():
+		return res, fault.Wrap(fault.Unavailable, ctx.Err(), "waiting for a copy worker")
+	}
+	*res, err = a.cfg.Copier.Copy(ctx, int(src.Fd()), int(dst.Fd()), req.RootAttrs)
+	return res, err
 }
 
 // Probe implements Service.

@@ -1,12 +1,15 @@
 // Package quotaagent is nfsdir's quota agent: a small gRPC service, over
 // TCP with mutual TLS, that runs on the NFS server host and makes the
-// server enforce each volume's size with project quotas (pkg/quota). The
-// controller asks it to set, change and clear a volume's limits and to
-// report its usage; it never gives the controller a shell or any path of
-// its choosing: the agent acts only below the export roots it is
-// configured with, only on directories nfsdir recorded on the share (it
-// reads the records on its side), and only for a caller that shows the
-// volume's creation token.
+// server enforce each volume's size with project quotas (pkg/quota), and
+// copies volumes' trees on the server itself for snapshots, restores and
+// clones (no file crosses the network, and a file costs no NFS call). The
+// controller asks it to set, change and clear a volume's limits, to
+// report its usage, and to copy; it never gives the controller a shell or
+// any path of its choosing: the agent acts only below the export roots it
+// is configured with, only on directories nfsdir recorded on the share (it
+// reads the records on its side), only for a caller that shows the
+// volume's creation token, and copies only into an empty directory of a
+// volume being filled or of a snapshot being made.
 //
 // The messages are JSON (a gRPC codec of their own, "json"): no generated
 // code, and an audit trail an operator can read.
@@ -22,6 +25,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
+
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
 )
 
 // Volume names one volume directory: the share as clients mount it, the
@@ -64,6 +70,9 @@ type Service interface {
 	Clear(context.Context, *Volume) (*Empty, error)
 	// Get reports the volume's usage and limits.
 	Get(context.Context, *Volume) (*Usage, error)
+	// Copy copies a tree of nfsdir's on the server into an empty
+	// directory of nfsdir's, and answers when it is complete.
+	Copy(context.Context, *provision.RemoteCopy) (*treecopy.Result, error)
 	// Probe answers when the agent can serve.
 	Probe(context.Context, *Empty) (*Empty, error)
 }
@@ -93,6 +102,7 @@ var serviceDesc = grpc.ServiceDesc{
 		{MethodName: "Set", Handler: handler(Service.Set)},
 		{MethodName: "Clear", Handler: handler(Service.Clear)},
 		{MethodName: "Get", Handler: handler(Service.Get)},
+		{MethodName: "Copy", Handler: handler(Service.Copy)},
 		{MethodName: "Probe", Handler: handler(Service.Probe)},
 	},
 }
@@ -141,6 +151,11 @@ func (c *Client) Clear(ctx context.Context, v *Volume) error {
 // Get calls the agent's Get.
 func (c *Client) Get(ctx context.Context, v *Volume) (*Usage, error) {
 	return invoke[Usage](ctx, c, "Get", v)
+}
+
+// Copy calls the agent's Copy.
+func (c *Client) Copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.Result, error) {
+	return invoke[treecopy.Result](ctx, c, "Copy", req)
 }
 
 // Probe calls the agent's Probe.

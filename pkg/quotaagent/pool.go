@@ -3,11 +3,14 @@ package quotaagent
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/grpcstatus"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
 )
 
 // CallTimeout bounds one call to an agent.
@@ -89,6 +92,21 @@ func (p *Pool) Get(ctx context.Context, endpoint string, v Volume) (*Usage, erro
 	defer cancel()
 	u, err := c.Get(ctx, &v)
 	return u, wrap(endpoint, "read the usage of "+v.SubDir, err)
+}
+
+// CopyTree has the agent at endpoint copy a tree on the server: the call
+// lasts as long as the copy, bounded by ctx (and by the connection's
+// keepalive when the agent's host goes away).
+func (p *Pool) CopyTree(ctx context.Context, endpoint string, req provision.RemoteCopy) (treecopy.Result, error) {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return treecopy.Result{}, err
+	}
+	res, err := c.Copy(ctx, &req)
+	if res == nil {
+		res = &treecopy.Result{}
+	}
+	return *res, wrap(endpoint, fmt.Sprintf("copy %s into %s", req.Src, req.Dst), err)
 }
 
 // Close closes every connection.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 )
 
 // Files are the PEM files of one side of the mutual TLS: its certificate
@@ -144,7 +145,9 @@ func ClientTLS(f Files, serverName string) (*tls.Config, error) {
 
 // Serve serves agent on l with mutual TLS until ctx ends.
 func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) error {
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
+	// Controllers ping during long calls (copies) to notice a host gone.
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveEvery / 2}))
 	Register(g, agent)
 	go func() {
 		<-ctx.Done()
@@ -159,6 +162,10 @@ func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) 
 	return g.Serve(l)
 }
 
+// keepaliveEvery is how often a controller pings an agent while a call is
+// in flight: a copy whose agent's host is gone fails within 1.5 of it.
+const keepaliveEvery = 20 * time.Second
+
 // Dial returns a Client of the agent at endpoint (host:port).
 func Dial(endpoint string, cfg *tls.Config) (*Client, func() error, error) {
 	host, _, err := net.SplitHostPort(endpoint)
@@ -169,7 +176,8 @@ func Dial(endpoint string, cfg *tls.Config) (*Client, func() error, error) {
 	c.ServerName = host
 	conn, err := grpc.NewClient("passthrough:///"+endpoint, grpc.WithTransportCredentials(credentials.NewTLS(c)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-			MinConnectTimeout: 5 * time.Second}))
+			MinConnectTimeout: 5 * time.Second}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveEvery, Timeout: keepaliveEvery / 2}))
 	if err != nil {
 		return nil, nil, err
 	}

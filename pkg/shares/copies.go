@@ -24,6 +24,10 @@ type Copying struct {
 	Copier treecopy.Copier
 	// Rate bounds the entries all copies make per second (0: no bound).
 	Rate float64
+	// Remote has agents on the server copy the trees of volumes that name
+	// one (copyAgent, or quotaAgent); nil: every copy goes through the
+	// share mount.
+	Remote provision.RemoteCopier
 	// MinBackoff and MaxBackoff bound the wait before a failed copy is
 	// tried again (the next call that asks for it starts it).
 	MinBackoff, MaxBackoff time.Duration

@@ -230,6 +230,9 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 	if err != nil {
 		return nil, share, err
 	}
+	if s.copies.cfg.Remote != nil {
+		a.UseRemote(s.copies.cfg.Remote, e.Share)
+	}
 	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
 	s.mu.Lock()
 	var stale *openArea

@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
 	"github.com/nfsdir/nfsdir/tests/lab"
@@ -39,17 +42,18 @@ func (t traffic) String() string {
 // and through the same NFS mount: `cp -a` for a clone, `tar -czf` of the
 // tree onto the share then `tar -xzf` for a snapshot and its restore (GNU
 // cp 9.1, tar and gzip from Debian, as in its image).
-func copyRows(server, export, work string) {
+func (b *bench) copyRows(server, export, work string) {
 	if *copyFiles <= 0 {
 		return
 	}
 	// The tree, a snapshot and its restore (or tar.gz and its unpacking)
-	// are on the export at once.
-	growTmpfs(export, 3**copyMiB+*copyMiB/2+64)
+	// are on the export at once, and a deleted clone while it is purged.
+	growTmpfs(export, 4**copyMiB+*copyMiB/2+64)
 	src := makeCopyTree(export, *copyFiles, *copyMiB)
 	defer os.RemoveAll(src)
-	copyRowsThrough(export, filepath.Join(work, "copy-mnt"), server+":"+export, []string{"nfsvers=" + *copyVers},
-		fmt.Sprintf("%d files, %d MiB, NFSv%s", *copyFiles, *copyMiB, *copyVers), true)
+	what := fmt.Sprintf("%d files, %d MiB, NFSv%s", *copyFiles, *copyMiB, *copyVers)
+	cp, tgz := copyRowsThrough(export, filepath.Join(work, "copy-mnt"), server+":"+export, []string{"nfsvers=" + *copyVers}, what, true)
+	b.agentCopyRows(server, export, src, cp, tgz, what)
 	if *farFiles > 0 {
 		// Through the proxy that holds every byte -far-delay each way:
 		// NFSv3 (see the purge rows), so no server-side COPY; what counts
@@ -87,7 +91,8 @@ func makeCopyTree(export string, files, mib int) string {
 
 // copyRowsThrough measures the copy rows through a mount of source with
 // opts at mnt; with tar, the snapshot rows too.
-func copyRowsThrough(export, mnt, source string, opts []string, what string, tar bool) {
+// It returns the baselines: cp -a, and tar.gz and back (with tar).
+func copyRowsThrough(export, mnt, source string, opts []string, what string, tar bool) (cp, tgzTook traffic) {
 	os.MkdirAll(mnt, 0o755)
 	if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(opts, ","), source, mnt).CombinedOutput(); err != nil {
 		die(fmt.Errorf("mount for the copy rows: %v %s", err, out))
@@ -141,14 +146,14 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 	clone := measure(func() { res = engine("copy-src", "copy-clone") })
 	sameFiles(filepath.Join(export, "copy-src"), filepath.Join(export, "copy-clone"))
 	clean("copy-clone")
-	cp := measure(func() { run("/opt/gnu/cp", "-a", filepath.Join(mnt, "copy-src"), filepath.Join(mnt, "copy-cp")) })
+	cp = measure(func() { run("/opt/gnu/cp", "-a", filepath.Join(mnt, "copy-src"), filepath.Join(mnt, "copy-cp")) })
 	clean("copy-cp")
 	fmt.Printf("  copy engine: %+v\n  clone %s; cp -a %s\n", res, clone, cp)
 	add("clone by the copy engine, "+what, clone.took, cp.took, "vs GNU cp -a", true,
 		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB wire", clone.calls, cp.calls, float64(clone.wire)/(1<<20), float64(cp.wire)/(1<<20)))
 
 	if !tar {
-		return
+		return cp, tgzTook
 	}
 	// A snapshot and its restore: two copies, against tar.gz and back.
 	snap := measure(func() {
@@ -158,7 +163,7 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 	sameFiles(filepath.Join(export, "copy-src"), filepath.Join(export, "copy-restored"))
 	clean("copy-snap", "copy-restored")
 	tgz := filepath.Join(mnt, "copy.tar.gz")
-	tgzTook := measure(func() {
+	tgzTook = measure(func() {
 		run("/opt/gnu/tar", "--use-compress-program=/opt/gnu/gzip", "-cf", tgz, "-C", filepath.Join(mnt, "copy-src"), ".")
 		os.Mkdir(filepath.Join(mnt, "copy-untar"), 0o755)
 		run("/opt/gnu/tar", "--use-compress-program=/opt/gnu/gzip", "-xpf", tgz, "-C", filepath.Join(mnt, "copy-untar"))
@@ -167,6 +172,91 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 	fmt.Printf("  snapshot+restore %s; tar.gz and back %s\n", snap, tgzTook)
 	add("snapshot + restore by the copy engine, "+what, snap.took, tgzTook.took, "vs tar -czf, tar -xzf", true,
 		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB wire", snap.calls, tgzTook.calls, float64(snap.wire)/(1<<20), float64(tgzTook.wire)/(1<<20)))
+	return cp, tgzTook
+}
+
+// agentCopyRows measures a clone, and a snapshot with its restore, made by
+// the copy agent on the server (StorageClass parameter copyAgent; the
+// bench's agent serves the export for copies), end to end through the
+// driver's CSI calls as csi-provisioner and csi-snapshotter make them
+// (called again every 200 ms until done), against the baselines measured
+// through the mount. The tree at src is moved into a volume for it, on
+// the server's side, and back after.
+func (b *bench) agentCopyRows(server, export, src string, cp, tgz traffic, what string) {
+	params := map[string]string{"server": server, "share": export, "copyAgent": quotaAgentAddr, "onDelete": "delete"}
+	volume := func(name string, source *csi.VolumeContentSource) *csi.Volume {
+		for {
+			r, err := b.ctl.CreateVolume(b.ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeContentSource: source,
+				VolumeCapabilities: []*csi.VolumeCapability{b.vc}, CapacityRange: &csi.CapacityRange{RequiredBytes: 4 << 30}})
+			if err == nil {
+				return r.GetVolume()
+			}
+			if c := status.Code(err); c != codes.Unavailable && c != codes.Aborted && c != codes.DeadlineExceeded {
+				die(fmt.Errorf("CreateVolume %s: %v", name, err))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	dirOf := func(v *csi.Volume) string { return filepath.Join(export, v.GetVolumeContext()["subDir"]) }
+	vol := volume("pvc-agent-src", nil)
+	names, err := os.ReadDir(src)
+	if err != nil {
+		die(err)
+	}
+	move := func(from, to string) {
+		for _, n := range names {
+			if err := os.Rename(filepath.Join(from, n.Name()), filepath.Join(to, n.Name())); err != nil {
+				die(err)
+			}
+		}
+	}
+	move(src, dirOf(vol))
+	measure := func(fn func()) traffic {
+		exec.Command("sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches").Run()
+		calls0, t0 := nfsCalls(), time.Now()
+		fn()
+		return traffic{took: time.Since(t0), calls: nfsCalls() - calls0}
+	}
+	var clone, restored *csi.Volume
+	var snapID string
+	cloneT := measure(func() {
+		clone = volume("pvc-agent-clone", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: vol.GetVolumeId()}}})
+	})
+	sameFiles(dirOf(vol), dirOf(clone))
+	if _, err := b.ctl.DeleteVolume(b.ctx, &csi.DeleteVolumeRequest{VolumeId: clone.GetVolumeId()}); err != nil {
+		die(err)
+	}
+	snapT := measure(func() {
+		for {
+			r, err := b.ctl.CreateSnapshot(b.ctx, &csi.CreateSnapshotRequest{Name: "snap-agent", SourceVolumeId: vol.GetVolumeId()})
+			if err != nil {
+				die(fmt.Errorf("CreateSnapshot: %v", err))
+			}
+			if r.GetSnapshot().GetReadyToUse() {
+				snapID = r.GetSnapshot().GetSnapshotId()
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		restored = volume("pvc-agent-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID}}})
+	})
+	sameFiles(dirOf(vol), dirOf(restored))
+	fmt.Printf("  through the copy agent: clone %s; snapshot+restore %s\n", cloneT, snapT)
+	move(dirOf(vol), src)
+	for _, v := range []*csi.Volume{restored, vol} {
+		if _, err := b.ctl.DeleteVolume(b.ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); err != nil {
+			die(err)
+		}
+	}
+	if _, err := b.ctl.DeleteSnapshot(b.ctx, &csi.DeleteSnapshotRequest{SnapshotId: snapID}); err != nil {
+		die(err)
+	}
+	add("clone by the copy agent on the server (CSI calls), "+what, cloneT.took, cp.took, "vs GNU cp -a", true,
+		fmt.Sprintf("%d vs %d", cloneT.calls, cp.calls))
+	add("snapshot + restore by the copy agent (CSI calls), "+what, snapT.took, tgz.took, "≥ 4× faster than tar.gz", true,
+		fmt.Sprintf("%d vs %d", snapT.calls, tgz.calls))
 }
 
 var reflinkMiB = flag.Int("reflink-mib", 256, "MiB of data the reflink rows snapshot (and a quarter of it, also against tar.gz; 0: skip them)")

@@ -303,7 +303,7 @@ func main() {
 	}
 	add(fmt.Sprintf("NodePublishVolume, median of %d", *publishes), median(pub), median(mnt), "≤ 1.2× bare mount", true, "")
 
-	copyRows(server, export, work)
+	b.copyRows(server, export, work)
 	reflinkRows(server, work)
 	b.quotaRows(server, 20)
 	b.usageRows(fill)

@@ -17,7 +17,7 @@ import (
 const quotaAgentAddr = "127.0.0.1:29701"
 
 // startQuotaAgent makes certificates in dir, serves a quota agent for the
-// lab's prjquota export in this process (over TCP with mutual TLS on the
+// lab's prjquota export (and the tmpfs export, for copies) in this process (over TCP with mutual TLS on the
 // loopback, as from another host) and returns the PKI whose client
 // certificate the driver uses.
 func startQuotaAgent(ctx context.Context, dir string) (lab.PKI, error) {
@@ -26,7 +26,9 @@ func startQuotaAgent(ctx context.Context, dir string) (lab.PKI, error) {
 		return pki, err
 	}
 	root := os.Getenv("NFSDIR_LAB_QUOTA_EXPORT")
-	agent, err := quotaagent.New(quotaagent.Config{Exports: []quotaagent.Export{{Share: root, Dir: root}}, FirstProject: 7000, LastProject: 7999})
+	export := os.Getenv("NFSDIR_LAB_EXPORT") // for copies only: tmpfs has no project quotas
+	agent, err := quotaagent.New(quotaagent.Config{Exports: []quotaagent.Export{{Share: root, Dir: root}},
+		CopyExports: []quotaagent.Export{{Share: export, Dir: export}}, FirstProject: 7000, LastProject: 7999})
 	if err != nil {
 		return pki, err
 	}

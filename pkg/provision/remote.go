@@ -1,0 +1,194 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
+)
+
+// CopyDir names a directory of the share to an agent on the server that
+// copies trees there: either a volume's directory, by its record (SubDir
+// and Token), or a directory of the snapshots directory (.nfsdir/snapshots)
+// by its name there (Snapshot). FileID is the directory's inode number as
+// the controller opened it, so that the agent acts only on that very
+// directory.
+type CopyDir struct {
+	SubDir   string `json:"subDir,omitempty"`
+	Token    string `json:"token,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	FileID   uint64 `json:"fileID"`
+}
+
+func (d CopyDir) String() string {
+	if d.Snapshot != "" {
+		return snapshotsDir + "/" + d.Snapshot
+	}
+	return fmt.Sprintf("%q", d.SubDir)
+}
+
+// RemoteCopy is one copy for an agent: on the share (as NFS clients mount
+// it), Src's tree into Dst, which must be empty; RootAttrs as
+// treecopy.Copier.Copy's.
+type RemoteCopy struct {
+	Share     string  `json:"share"`
+	Src       CopyDir `json:"src"`
+	Dst       CopyDir `json:"dst"`
+	RootAttrs bool    `json:"rootAttrs"`
+}
+
+// RemoteCopier has the copy agent at endpoint (host:port) copy a tree of
+// the share on the server itself, where no file crosses the network and a
+// file costs no NFS call.
+type RemoteCopier interface {
+	CopyTree(ctx context.Context, endpoint string, c RemoteCopy) (treecopy.Result, error)
+}
+
+// UseRemote has the Area's fills and snapshots copy through r when the
+// volume involved names a copy agent; share is the Area's share as NFS
+// clients mount it (what agents serve).
+func (a *Area) UseRemote(r RemoteCopier, share string) { a.remote, a.remoteShare = r, share }
+
+// CopiedBy is the agent that copies the volume's tree on the server: the
+// one the StorageClass named for copies, else its quota agent (which copies
+// too); "" copies through the controller's mount.
+func (r *Record) CopiedBy() string {
+	if r.CopyAgent != "" {
+		return r.CopyAgent
+	}
+	return r.QuotaAgent
+}
+
+// copyTree copies the tree of src (named from for an agent) into dst
+// (named to): through the agent when one is given and the Area has a
+// remote copier, else with c through the share mount. An agent that does
+// not copy (one older than copies, or one not serving this share) leaves
+// the copy to c, with a warning; any other failure of the agent fails the
+// attempt, which the caller tries again (into a fresh directory: the agent
+// may have left part of a copy).
+func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, src, dst int, from, to CopyDir, rootAttrs bool) (treecopy.Result, error) {
+	if agent == "" || a.remote == nil {
+		return c.Copy(ctx, src, dst, rootAttrs)
+	}
+	for _, d := range []struct {
+		fd  int
+		dir *CopyDir
+	}{{src, &from}, {dst, &to}} {
+		var st unix.Stat_t
+		if err := unix.Fstat(d.fd, &st); err != nil {
+			return treecopy.Result{}, onShare(err, "check %s", d.dir)
+		}
+		d.dir.FileID = st.Ino
+	}
+	res, err := a.remote.CopyTree(ctx, agent, RemoteCopy{Share: a.remoteShare, Src: from, Dst: to, RootAttrs: rootAttrs})
+	if fault.Is(err, fault.Unimplemented) || fault.Is(err, fault.PermissionDenied) {
+		klog.Warningf("copy agent %s does not copy %s here (%v): copying through the controller's mount", agent, from, err)
+		return c.Copy(ctx, src, dst, rootAttrs)
+	}
+	return res, err
+}
+
+// OpenCopyDir opens, without following any symlink, the directory d of a
+// copy an agent is asked for, and proves it is one nfsdir copies from
+// (dst false) or into (dst true), still the very directory the controller
+// named (d.FileID):
+//   - a volume's directory, as OpenVolumeDir gives it; a copy goes only
+//     into a volume being filled (made from a snapshot or another volume,
+//     not yet handed out);
+//   - in the snapshots directory, a snapshot's complete copy to copy from
+//     (key.token), or one of its copies being made to copy into
+//     (.key.token.attempt), of a snapshot recorded with that token.
+//
+// A copy goes only into an empty directory. Anything else is
+// FailedPrecondition or NotFound: the agent writes nowhere else.
+func (v *View) OpenCopyDir(d CopyDir, dst bool) (*os.File, error) {
+	var f *os.File
+	switch {
+	case d.Snapshot != "" && d.SubDir == "" && d.Token == "":
+		var err error
+		if f, err = v.openSnapshotCopy(d.Snapshot, dst); err != nil {
+			return nil, err
+		}
+	case d.Snapshot == "":
+		file, rec, err := v.OpenVolumeDir(d.SubDir, d.Token)
+		if err != nil {
+			return nil, err
+		}
+		if dst && !rec.Filling {
+			file.Close()
+			return nil, fault.New(fault.FailedPrecondition, "volume %q is not being filled: nothing is copied into it", rec.Name)
+		}
+		f = file
+	default:
+		return nil, fault.New(fault.InvalidArgument, "a copy's directory is a volume's or a snapshot's, not both")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Ino != d.FileID {
+		f.Close()
+		return nil, fault.New(fault.FailedPrecondition, "%s is not the directory the controller opened (inode %d, asked for %d): moved or made anew meanwhile", d, st.Ino, d.FileID)
+	}
+	if dst {
+		empty, err := isEmpty(int(f.Fd()))
+		if err != nil || !empty {
+			f.Close()
+			if err != nil {
+				return nil, onShare(err, "check %s", d)
+			}
+			return nil, fault.New(fault.FailedPrecondition, "%s is not empty: a copy goes only into an empty directory", d)
+		}
+	}
+	return f, nil
+}
+
+// openSnapshotCopy opens the directory name of the snapshots directory: a
+// complete copy (key.token) when into is false, a copy being made
+// (.key.token.attempt) when it is true, of the snapshot recorded under key
+// with that token.
+func (v *View) openSnapshotCopy(name string, into bool) (*os.File, error) {
+	parts := strings.Split(name, ".")
+	if into {
+		if len(parts) != 4 || parts[0] != "" {
+			return nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot copy being made", name)
+		}
+		parts = parts[1:3]
+	} else if len(parts) != 2 {
+		return nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot's complete copy", name)
+	}
+	for _, p := range strings.Split(strings.TrimPrefix(name, "."), ".") {
+		if p == "" || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz234567") != "" {
+			return nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot copy", name)
+		}
+	}
+	if err := checkMetaDir(v.meta, snapshotsName, snapshotsDir, v.owner); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fault.New(fault.NotFound, "the share has no snapshots")
+		}
+		return nil, err
+	}
+	dir, err := openMetaDir(v.meta, snapshotsName)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	s, err := readSnapshot(dir, parts[0])
+	if err != nil {
+		return nil, err
+	}
+	if s == nil || s.Token != parts[1] {
+		return nil, fault.New(fault.NotFound, "no snapshot is recorded for %s", path.Join(snapshotsDir, name))
+	}
+	fd, err := openAt(dir, name)
+	if err != nil {
+		return nil, fault.Wrap(fault.FailedPrecondition, err, "snapshot %q: open %s without following symlinks", s.Name, path.Join(snapshotsDir, name))
+	}
+	return os.NewFile(uintptr(fd), path.Join(snapshotsDir, name)), nil
+}

@@ -1,0 +1,141 @@
+package quotaagent_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/provision"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+	"github.com/nfsdir/nfsdir/tests/lab"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// An agent serving a directory for copies only (no project quotas there)
+// makes a snapshot and its restore over gRPC with mutual TLS, as the
+// controller asks through its Pool; the copies are in its audit trail;
+// quota calls for that export are refused, naming the flag.
+func TestCopiesOverGRPC(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	var audit lockedBuffer
+	agent, err := quotaagent.New(quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
+		FirstProject: 1, LastProject: 9, Audit: &audit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := lab.NewPKI(t)
+	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go quotaagent.Serve(ctx, l, agent, tlsCfg)
+	pool, err := quotaagent.NewPool(quotaagent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	endpoint := l.Addr().String()
+
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	a, err := provision.OpenArea(root, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.UseRemote(pool, "/e")
+	req := func(name string) provision.Request {
+		return provision.Request{Name: name, SubDir: name, OnDelete: params.Delete, Mode: 0o755, UID: -1, GID: -1,
+			CapacityBytes: 1 << 20, CopyAgent: endpoint}
+	}
+	src, err := a.Create(ctx, req("pvc-src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pvc-src", "data"), []byte("source"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	srcID := volumeid.ID{Key: src.Key(), Token: src.Token}
+	snap, err := a.CreateSnapshot("snap", srcID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.FillSnapshot(ctx, volumeid.SnapshotOf(srcID, snap.Key(), snap.Token), treecopy.Default); err != nil || res.Files != 1 || res.Bytes != 6 {
+		t.Fatalf("FillSnapshot through the agent = %+v, %v", res, err)
+	}
+	r := req("pvc-restore")
+	r.Source = &provision.Source{Snapshot: true, Key: snap.Key(), Token: snap.Token}
+	rec, err := a.Create(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Fill(ctx, volumeid.ID{Key: rec.Key(), Token: rec.Token}, treecopy.Default); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "pvc-restore", "data")); err != nil || string(b) != "source" {
+		t.Fatalf("the restore holds %q, %v", b, err)
+	}
+	if n := strings.Count(audit.String(), `"op":"copy"`); n != 2 || strings.Contains(audit.String(), `"error"`) {
+		t.Errorf("audit trail:\n%s", audit.String())
+	}
+	_, err = pool.Set(ctx, endpoint, quotaagent.Volume{Share: "/e", SubDir: "pvc-src", Token: src.Token}, 1<<20, 0)
+	if !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "--copy-export") {
+		t.Errorf("Set on a copies-only export = %v", err)
+	}
+	// A copy into a volume that is not being filled is refused, whatever
+	// the caller asks.
+	_, err = pool.CopyTree(ctx, endpoint, provision.RemoteCopy{Share: "/e",
+		Src: provision.CopyDir{SubDir: "pvc-restore", Token: rec.Token, FileID: rec.FileID},
+		Dst: provision.CopyDir{SubDir: "pvc-src", Token: src.Token, FileID: src.FileID}})
+	if !fault.Is(err, fault.FailedPrecondition) {
+		t.Errorf("a copy into a volume in use = %v", err)
+	}
+}
+
+// An export given for quotas must have them; the error says how to serve
+// it for copies only. An export given twice is refused.
+func TestExportsChecked(t *testing.T) {
+	dir := t.TempDir()
+	_, err := quotaagent.New(quotaagent.Config{Exports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	if err == nil || !strings.Contains(err.Error(), "--copy-export") {
+		t.Errorf("an --export without project quotas: %v", err)
+	}
+	_, err = quotaagent.New(quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}, {Share: "/e/", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	if err == nil {
+		t.Error("an export given twice was taken")
+	}
+	_, err = quotaagent.New(quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: filepath.Join(dir, "missing")}}, FirstProject: 1, LastProject: 9})
+	if err == nil {
+		t.Error("a missing export directory was taken")
+	}
+}

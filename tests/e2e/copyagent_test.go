@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/treecopy/treecopytest"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
+	"github.com/nfsdir/nfsdir/tests/lab"
+)
+
+// clientNFSCalls is the NFS calls this guest's client made so far.
+func clientNFSCalls(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/rpc/nfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.HasPrefix(f[0], "proc") {
+			continue
+		}
+		for _, n := range f[2:] {
+			var v int64
+			fmt.Sscan(n, &v)
+			total += v
+		}
+	}
+	return total
+}
+
+// TestCopiesThroughTheCopyAgent: with a StorageClass naming a copy agent
+// (copyAgent) that serves the tmpfs export for copies only
+// (--copy-export: no project quotas there), the snapshot of a hostile
+// tree, its restore and a clone are made by the agent on the server: each
+// is the tree, byte for byte and attribute for attribute; the agent's
+// audit log has each copy; restoring 2,000 files costs the NFS client
+// fewer calls than files (through the controller's mount it costs about
+// ten per file); the agent refuses quota calls for that export.
+func TestCopiesThroughTheCopyAgent(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	pki := lab.NewPKI(t)
+	c := start(t, func(cfg *config.Config) {
+		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
+	})
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	agent := startAgent(t, []string{"quota-agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export(),
+		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--audit-log", audit})
+	defer func() { agent.stop() }()
+	vc := lab.RWX("nfsvers=4.2")
+	p := params("onDelete", "delete", "copyAgent", "127.0.0.1:29700")
+	withAgent := func(name, snapshot, volume string) *csi.CreateVolumeRequest {
+		r := fromSource(name, vc, snapshot, volume)
+		r.Parameters = p
+		return r
+	}
+
+	src := c.Create(t, "pvc-agent-src", p, vc)
+	hostileTree(t, onExport("pvc-agent-src"))
+	manyFiles(t, onExport("pvc-agent-src/many"), 2000)
+	snap, _ := snapshotUntilReady(t, c, "snap-agent", src.VolumeId)
+	treecopytest.Compare(t, onExport("pvc-agent-src"), snapshotDir(t, snap.SnapshotId), true)
+
+	must(t, os.WriteFile(onExport("pvc-agent-src/plain"), []byte("changed"), 0o644))
+	before := clientNFSCalls(t)
+	restored, polls := createUntilDone(t, c, withAgent("pvc-agent-restored", snap.SnapshotId, ""))
+	calls := clientNFSCalls(t) - before
+	treecopytest.Compare(t, snapshotDir(t, snap.SnapshotId), onExport("pvc-agent-restored"), false)
+	t.Logf("restore of 2,000+ files through the agent: %d NFS calls from the client, %d CreateVolume calls", calls, polls)
+	if calls >= 2000 {
+		t.Errorf("the restore cost the NFS client %d calls for 2,000+ files: not copied on the server", calls)
+	}
+	clone, _ := createUntilDone(t, c, withAgent("pvc-agent-clone", "", src.VolumeId))
+	treecopytest.Compare(t, onExport("pvc-agent-src"), onExport("pvc-agent-clone"), false)
+
+	log, err := os.ReadFile(audit)
+	must(t, err)
+	var copies int
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, `"op":"copy"`) {
+			copies++
+			if strings.Contains(line, `"error"`) {
+				t.Errorf("the agent's copy failed: %s", line)
+			}
+		}
+	}
+	if copies != 3 {
+		t.Errorf("the agent's audit log has %d copies, want 3 (snapshot, restore, clone):\n%s", copies, log)
+	}
+
+	// Quotas on a copies-only export are refused, naming the flag.
+	cl := dialAgent(t, pki.Client, pki.CA)
+	if _, err := cl.Get(lab.Ctx(t, time.Minute), &quotaagent.Volume{Share: lab.Export(), SubDir: "pvc-agent-src", Token: tokenOf(t, src.VolumeId)}); err == nil || !strings.Contains(err.Error(), "--copy-export") {
+		t.Errorf("quota Get on a copies-only export: %v", err)
+	}
+
+	for _, v := range []*csi.Volume{restored, clone, src} {
+		c.Delete(t, v)
+	}
+	if _, err := c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId}); err != nil {
+		t.Fatal(err)
+	}
+	waitTrashEmpty(t)
+}
+
+func tokenOf(t *testing.T, volumeID string) string {
+	t.Helper()
+	id, err := volumeid.Parse(volumeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.Token
+}
