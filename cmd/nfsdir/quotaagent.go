@@ -15,12 +15,16 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/treecopy"
+	"github.com/nfsdir/nfsdir/pkg/usage"
 )
 
 // quotaAgentArgs are the arguments of `nfsdir quota-agent`.
 type quotaAgentArgs struct {
 	listen, auditLog, projects string
 	exports, copyExports       []string
+	copyWorkers                int
+	copyRate                   float64
 	tls                        quotaagent.Files
 }
 
@@ -30,6 +34,8 @@ func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 	fs.StringVar(&a.listen, "listen", ":29700", "host:port to serve the quota API on (TCP, mutual TLS)")
 	fs.StringArrayVar(&a.exports, "export", nil, "an export root: share=directory, the share as NFS clients mount it and its local directory (repeatable; e.g. /srv/k8s=/srv/k8s, or /=/srv/nfs for an NFSv4 root)")
 	fs.StringArrayVar(&a.copyExports, "copy-export", nil, "an export root served for server-side copies only (snapshots, restores, clones), on any file system: share=directory (repeatable)")
+	fs.IntVar(&a.copyWorkers, "copy-workers", 2, "copies made at once; more wait their turn")
+	fs.Float64Var(&a.copyRate, "copy-rate", 0, "entries per second all copies together make at most, so that they leave the server to its clients (0: no bound)")
 	fs.StringVar(&a.tls.Cert, "tls-cert", "", "the agent's certificate (PEM; read again when it changes)")
 	fs.StringVar(&a.tls.Key, "tls-key", "", "its private key (PEM)")
 	fs.StringVar(&a.tls.CA, "client-ca", "", "the CA that signs the controller's client certificates (PEM)")
@@ -51,6 +57,13 @@ func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 			}
 			*f.out = append(*f.out, quotaagent.Export{Share: share, Dir: dir})
 		}
+	}
+	if a.copyWorkers < 1 || a.copyRate < 0 {
+		return a, cfg, fmt.Errorf("--copy-workers %d, --copy-rate %g: want at least 1 worker and a rate of 0 or more", a.copyWorkers, a.copyRate)
+	}
+	cfg.CopyWorkers, cfg.Copier = a.copyWorkers, treecopy.Default
+	if a.copyRate > 0 {
+		cfg.Copier.Limit = &usage.Rate{PerSecond: a.copyRate, Burst: max(1, int(a.copyRate/10))}
 	}
 	first, last, ok := strings.Cut(a.projects, "-")
 	f, err1 := strconv.ParseUint(first, 10, 32)

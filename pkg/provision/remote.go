@@ -71,10 +71,11 @@ func (r *Record) CopiedBy() string {
 // copyTree copies the tree of src (named from for an agent) into dst
 // (named to): through the agent when one is given and the Area has a
 // remote copier, else with c through the share mount. An agent that does
-// not copy (one older than copies, or one not serving this share) leaves
-// the copy to c, with a warning; any other failure of the agent fails the
-// attempt, which the caller tries again (into a fresh directory: the agent
-// may have left part of a copy).
+// not copy (Unimplemented: one older than copies, or one not serving this
+// share; said before it writes anything) leaves the copy to c, with a
+// warning; any other failure of the agent fails the attempt, which the
+// caller tries again (into a fresh directory: the agent may have left part
+// of a copy).
 func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, src, dst int, from, to CopyDir, rootAttrs bool) (treecopy.Result, error) {
 	if agent == "" || a.remote == nil {
 		return c.Copy(ctx, src, dst, rootAttrs)
@@ -90,7 +91,7 @@ func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, sr
 		d.dir.FileID = st.Ino
 	}
 	res, err := a.remote.CopyTree(ctx, agent, RemoteCopy{Share: a.remoteShare, Src: from, Dst: to, RootAttrs: rootAttrs})
-	if fault.Is(err, fault.Unimplemented) || fault.Is(err, fault.PermissionDenied) {
+	if fault.Is(err, fault.Unimplemented) {
 		klog.Warningf("copy agent %s does not copy %s here (%v): copying through the controller's mount", agent, from, err)
 		return c.Copy(ctx, src, dst, rootAttrs)
 	}

@@ -110,8 +110,8 @@ func TestSnapshotAndRestoreThroughTheAgent(t *testing.T) {
 	}
 }
 
-// An agent that does not copy (older than copies: Unimplemented; or not
-// serving the share: PermissionDenied) leaves the copy to the
+// An agent that does not copy (older than copies, or not serving the
+// share: Unimplemented, before it writes anything) leaves the copy to the
 // controller; any other failure fails the attempt.
 func TestAnAgentThatDoesNotCopyLeavesItToTheController(t *testing.T) {
 	ctx := context.Background()
@@ -123,9 +123,11 @@ func TestAnAgentThatDoesNotCopyLeavesItToTheController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.err = fault.New(fault.Unavailable, "agent down")
-	if _, err := a.Fill(ctx, idOf(rec), treecopy.Default); !fault.Is(err, fault.Unavailable) {
-		t.Fatalf("Fill with the agent down = %v, want Unavailable", err)
+	for _, k := range []fault.Kind{fault.Unavailable, fault.PermissionDenied} {
+		g.err = fault.New(k, "agent down, or without a capability")
+		if _, err := a.Fill(ctx, idOf(rec), treecopy.Default); !fault.Is(err, k) {
+			t.Fatalf("Fill with the agent failing = %v, want %v", err, k)
+		}
 	}
 	g.err = fault.New(fault.Unimplemented, "unknown method Copy")
 	if _, err := a.Fill(ctx, idOf(rec), treecopy.Default); err != nil {
@@ -134,8 +136,8 @@ func TestAnAgentThatDoesNotCopyLeavesItToTheController(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "pvc-clone", "data")); err != nil || string(b) != "source" {
 		t.Fatalf("the clone holds %q, %v", b, err)
 	}
-	if len(g.calls) != 2 {
-		t.Fatalf("the agent was asked %d times, want 2", len(g.calls))
+	if len(g.calls) != 3 {
+		t.Fatalf("the agent was asked %d times, want 3", len(g.calls))
 	}
 }
 

@@ -304,7 +304,12 @@ func (a *Agent) Copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.
 
 func (a *Agent) copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.Result, error) {
 	res := &treecopy.Result{}
-	_, v, err := a.view(path.Clean("/" + req.Share))
+	share := path.Clean("/" + req.Share)
+	if _, ok := a.exports[share]; !ok {
+		// Said before anything is written: the controller copies instead.
+		return res, fault.New(fault.Unimplemented, "this agent does not copy on share %q: not one of its export roots (--export, --copy-export)", req.Share)
+	}
+	_, v, err := a.view(share)
 	if err != nil {
 		return res, err
 	}

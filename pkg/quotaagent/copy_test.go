@@ -120,6 +120,11 @@ func TestCopiesOverGRPC(t *testing.T) {
 	if !fault.Is(err, fault.FailedPrecondition) {
 		t.Errorf("a copy into a volume in use = %v", err)
 	}
+	// Another share: Unimplemented, so that the controller copies itself.
+	_, err = pool.CopyTree(ctx, endpoint, provision.RemoteCopy{Share: "/other"})
+	if !fault.Is(err, fault.Unimplemented) {
+		t.Errorf("a copy on a share the agent does not serve = %v", err)
+	}
 }
 
 // An export given for quotas must have them; the error says how to serve

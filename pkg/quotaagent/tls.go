@@ -147,7 +147,10 @@ func ClientTLS(f Files, serverName string) (*tls.Config, error) {
 func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) error {
 	// Controllers ping during long calls (copies) to notice a host gone.
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveEvery / 2}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveEvery / 2}),
+		// and the agent pings a quiet controller: a copy whose caller's
+		// host is gone is stopped.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveEvery, Timeout: keepaliveEvery / 2}))
 	Register(g, agent)
 	go func() {
 		<-ctx.Done()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/quotaagent"
@@ -122,4 +123,52 @@ func tokenOf(t *testing.T, volumeID string) string {
 		t.Fatal(err)
 	}
 	return id.Token
+}
+
+// TestCopyAgentWithLeastPrivilege: an agent serving copies only, run as
+// nobody with exactly the capabilities the README names for copies
+// (CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE, CAP_CHOWN, CAP_FOWNER,
+// CAP_FSETID), snapshots a hostile tree (other owners, a setgid
+// directory, a directory closed to its owner) attribute for attribute.
+// Without CAP_CHOWN its copy fails, and the controller says why.
+func TestCopyAgentWithLeastPrivilege(t *testing.T) {
+	lab.Require(t)
+	pki := lab.NewPKI(t)
+	c := start(t, func(cfg *config.Config) {
+		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
+	})
+	args := append([]string{"quota-agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export()},
+		nobodysFiles(t, pki)...)
+	caps := []uintptr{unix.CAP_DAC_READ_SEARCH, unix.CAP_DAC_OVERRIDE, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID}
+	p := params("onDelete", "delete", "copyAgent", "127.0.0.1:29700")
+	vc := lab.RWX("nfsvers=4.2")
+	src := c.Create(t, "pvc-agent-least", p, vc)
+	defer c.Delete(t, src)
+	hostileTree(t, onExport("pvc-agent-least"))
+
+	agent := startAgentAs(t, args, asNobody(caps[0], caps[1], caps[3], caps[4])) // no CAP_CHOWN
+	var last error
+	for i := 0; i < 50; i++ {
+		r, err := c.Controller.CreateSnapshot(lab.Ctx(t, time.Minute), &csi.CreateSnapshotRequest{Name: "snap-least-nochown", SourceVolumeId: src.VolumeId})
+		if err != nil {
+			last = err
+			break
+		}
+		if r.Snapshot.ReadyToUse {
+			t.Fatal("without CAP_CHOWN the agent's snapshot was made")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	agent.stop()
+	if last == nil || !strings.Contains(last.Error(), "not permitted") {
+		t.Errorf("without CAP_CHOWN, CreateSnapshot answered %v; want the agent's refusal", last)
+	} else {
+		t.Logf("without CAP_CHOWN: %v", last)
+	}
+
+	agent = startAgentAs(t, args, asNobody(caps...))
+	defer func() { agent.stop() }()
+	snap, _ := snapshotUntilReady(t, c, "snap-least", src.VolumeId)
+	defer c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId})
+	treecopytest.Compare(t, onExport("pvc-agent-least"), snapshotDir(t, snap.SnapshotId), true)
 }

@@ -548,33 +548,9 @@ func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
 	c := start(t, nil)
 	root := lab.QuotaExport()
 	pki := lab.NewPKI(t)
-	// The agent's own files, readable by it alone (as a systemd unit's
-	// would be): certificates and the audit log.
-	own, err := os.MkdirTemp("", "quota-agent-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(own)
-	os.Chmod(own, 0o700)
-	os.Chown(own, 65534, 65534)
-	for _, f := range []string{pki.Server.Cert, pki.Server.Key, pki.CA} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(own, filepath.Base(f))
-		if err := os.WriteFile(dst, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		os.Chown(dst, 65534, 65534)
-	}
-	args := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
-		"--tls-cert", filepath.Join(own, filepath.Base(pki.Server.Cert)), "--tls-key", filepath.Join(own, filepath.Base(pki.Server.Key)),
-		"--client-ca", filepath.Join(own, filepath.Base(pki.CA)), "--projects", "7000-7099", "--audit-log", filepath.Join(own, "audit.log")}
+	args := append([]string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root, "--projects", "7000-7099"},
+		nobodysFiles(t, pki)...)
 	const sysAdmin, fowner, dacReadSearch = unix.CAP_SYS_ADMIN, unix.CAP_FOWNER, unix.CAP_DAC_READ_SEARCH
-	as := func(caps ...uintptr) *syscall.SysProcAttr {
-		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}, AmbientCaps: caps}
-	}
 	v := c.Create(t, "pvc-quota-least", params("share", root), lab.RWX())
 	defer c.Delete(t, v)
 	id, _ := volumeid.Parse(v.VolumeId)
@@ -599,7 +575,7 @@ func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
 		{"CAP_FOWNER", []uintptr{sysAdmin, dacReadSearch}},
 		{"CAP_DAC_READ_SEARCH", []uintptr{sysAdmin, fowner}},
 	} {
-		agent, out := tryAgent(t, args, as(tt.caps...))
+		agent, out := tryAgent(t, args, asNobody(tt.caps...))
 		if agent == nil {
 			t.Logf("without %s the agent does not start: %s", tt.without, strings.TrimSpace(out))
 			if !strings.Contains(out, "not permitted") && !strings.Contains(out, "permission denied") {
@@ -617,7 +593,7 @@ func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
 		untouched("without " + tt.without)
 	}
 
-	agent := startAgentAs(t, args, as(sysAdmin, fowner, dacReadSearch))
+	agent := startAgentAs(t, args, asNobody(sysAdmin, fowner, dacReadSearch))
 	defer func() { agent.stop() }()
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(agent.cmd.Process.Pid) + "/status"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
@@ -642,7 +618,39 @@ func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
 		t.Fatalf("Clear: %v", err)
 	}
 	untouched("after Clear")
-	if b, err := os.ReadFile(filepath.Join(own, "audit.log")); err != nil || !strings.Contains(string(b), `"op":"clear"`) {
+	if b, err := os.ReadFile(args[len(args)-1]); err != nil || !strings.Contains(string(b), `"op":"clear"`) {
 		t.Errorf("audit log written as nobody: %q %v", b, err)
 	}
+}
+
+// nobodysFiles copies the agent's certificates into a directory of
+// nobody's, readable by it alone (as a systemd unit's files would be), and
+// returns the agent's flags naming them and an audit log there.
+func nobodysFiles(t *testing.T, pki lab.PKI) []string {
+	t.Helper()
+	own, err := os.MkdirTemp("", "quota-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(own) })
+	os.Chmod(own, 0o700)
+	os.Chown(own, 65534, 65534)
+	for _, f := range []string{pki.Server.Cert, pki.Server.Key, pki.CA} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(own, filepath.Base(f))
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(dst, 65534, 65534)
+	}
+	return []string{"--tls-cert", filepath.Join(own, filepath.Base(pki.Server.Cert)), "--tls-key", filepath.Join(own, filepath.Base(pki.Server.Key)),
+		"--client-ca", filepath.Join(own, filepath.Base(pki.CA)), "--audit-log", filepath.Join(own, "audit.log")}
+}
+
+// asNobody runs a process as nobody with exactly caps.
+func asNobody(caps ...uintptr) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}, AmbientCaps: caps}
 }
