@@ -98,7 +98,54 @@ func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, sr
 	return res, err
 }
 
-// OpenCopyDir opens, without following any symlink, the directory d of a
+// OpenCopy opens, for an agent, the two directories of the copy c, and
+// proves the copy is one nfsdir makes: each directory is nfsdir's, still
+// the very one the controller opened (openCopyDir), and the records say
+// to copy the one into the other: a snapshot being made is copied from
+// the volume it was taken of, a volume being filled from the snapshot or
+// volume its record names. Anything else is FailedPrecondition, NotFound
+// or InvalidArgument: the agent copies nothing else.
+func (v *View) OpenCopy(c RemoteCopy) (src, dst *os.File, err error) {
+	src, from, err := v.openCopyDir(c.Src, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst, to, err := v.openCopyDir(c.Dst, true)
+	if err != nil {
+		src.Close()
+		return nil, nil, err
+	}
+	if !to.copiesFrom(from) {
+		src.Close()
+		dst.Close()
+		return nil, nil, fault.New(fault.FailedPrecondition, "nfsdir's records do not say to copy %s into %s", c.Src, c.Dst)
+	}
+	return src, dst, nil
+}
+
+// copyEnd is what a directory of a copy is: a volume's (rec) or a
+// snapshot's (snap).
+type copyEnd struct {
+	rec  *Record
+	snap *Snapshot
+}
+
+// copiesFrom reports whether the records say to copy from into e.
+func (e copyEnd) copiesFrom(from copyEnd) bool {
+	switch {
+	case e.snap != nil:
+		return from.rec != nil && from.rec.Key() == e.snap.SourceKey && from.rec.Token == e.snap.SourceToken
+	case e.rec != nil && e.rec.Source != nil && e.rec.Source.Archive == "":
+		src := e.rec.Source
+		if src.Snapshot {
+			return from.snap != nil && from.snap.Key() == src.Key && from.snap.Token == src.Token
+		}
+		return from.rec != nil && from.rec.Key() == src.Key && from.rec.Token == src.Token
+	}
+	return false
+}
+
+// openCopyDir opens, without following any symlink, the directory d of a
 // copy an agent is asked for, and proves it is one nfsdir copies from
 // (dst false) or into (dst true), still the very directory the controller
 // named (d.FileID):
@@ -109,87 +156,87 @@ func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, sr
 //     (key.token), or one of its copies being made to copy into
 //     (.key.token.attempt), of a snapshot recorded with that token.
 //
-// A copy goes only into an empty directory. Anything else is
-// FailedPrecondition or NotFound: the agent writes nowhere else.
-func (v *View) OpenCopyDir(d CopyDir, dst bool) (*os.File, error) {
+// A copy goes only into an empty directory.
+func (v *View) openCopyDir(d CopyDir, dst bool) (*os.File, copyEnd, error) {
 	var f *os.File
+	var end copyEnd
 	switch {
 	case d.Snapshot != "" && d.SubDir == "" && d.Token == "":
 		var err error
-		if f, err = v.openSnapshotCopy(d.Snapshot, dst); err != nil {
-			return nil, err
+		if f, end.snap, err = v.openSnapshotCopy(d.Snapshot, dst); err != nil {
+			return nil, end, err
 		}
 	case d.Snapshot == "":
 		file, rec, err := v.OpenVolumeDir(d.SubDir, d.Token)
 		if err != nil {
-			return nil, err
+			return nil, end, err
 		}
 		if dst && !rec.Filling {
 			file.Close()
-			return nil, fault.New(fault.FailedPrecondition, "volume %q is not being filled: nothing is copied into it", rec.Name)
+			return nil, end, fault.New(fault.FailedPrecondition, "volume %q is not being filled: nothing is copied into it", rec.Name)
 		}
-		f = file
+		f, end.rec = file, rec
 	default:
-		return nil, fault.New(fault.InvalidArgument, "a copy's directory is a volume's or a snapshot's, not both")
+		return nil, end, fault.New(fault.InvalidArgument, "a copy's directory is a volume's or a snapshot's, not both")
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Ino != d.FileID {
 		f.Close()
-		return nil, fault.New(fault.FailedPrecondition, "%s is not the directory the controller opened (inode %d, asked for %d): moved or made anew meanwhile", d, st.Ino, d.FileID)
+		return nil, end, fault.New(fault.FailedPrecondition, "%s is not the directory the controller opened (inode %d, asked for %d): moved or made anew meanwhile", d, st.Ino, d.FileID)
 	}
 	if dst {
 		empty, err := isEmpty(int(f.Fd()))
 		if err != nil || !empty {
 			f.Close()
 			if err != nil {
-				return nil, onShare(err, "check %s", d)
+				return nil, end, onShare(err, "check %s", d)
 			}
-			return nil, fault.New(fault.FailedPrecondition, "%s is not empty: a copy goes only into an empty directory", d)
+			return nil, end, fault.New(fault.FailedPrecondition, "%s is not empty: a copy goes only into an empty directory", d)
 		}
 	}
-	return f, nil
+	return f, end, nil
 }
 
 // openSnapshotCopy opens the directory name of the snapshots directory: a
 // complete copy (key.token) when into is false, a copy being made
 // (.key.token.attempt) when it is true, of the snapshot recorded under key
 // with that token.
-func (v *View) openSnapshotCopy(name string, into bool) (*os.File, error) {
+func (v *View) openSnapshotCopy(name string, into bool) (*os.File, *Snapshot, error) {
 	parts := strings.Split(name, ".")
 	if into {
 		if len(parts) != 4 || parts[0] != "" {
-			return nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot copy being made", name)
+			return nil, nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot copy being made", name)
 		}
 		parts = parts[1:3]
 	} else if len(parts) != 2 {
-		return nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot's complete copy", name)
+		return nil, nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot's complete copy", name)
 	}
 	for _, p := range strings.Split(strings.TrimPrefix(name, "."), ".") {
 		if p == "" || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz234567") != "" {
-			return nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot copy", name)
+			return nil, nil, fault.New(fault.InvalidArgument, "%q does not name a snapshot copy", name)
 		}
 	}
 	if err := checkMetaDir(v.meta, snapshotsName, snapshotsDir, v.owner); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fault.New(fault.NotFound, "the share has no snapshots")
+			return nil, nil, fault.New(fault.NotFound, "the share has no snapshots")
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	dir, err := openMetaDir(v.meta, snapshotsName)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer dir.Close()
 	s, err := readSnapshot(dir, parts[0])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if s == nil || s.Token != parts[1] {
-		return nil, fault.New(fault.NotFound, "no snapshot is recorded for %s", path.Join(snapshotsDir, name))
+		return nil, nil, fault.New(fault.NotFound, "no snapshot is recorded for %s", path.Join(snapshotsDir, name))
 	}
 	fd, err := openAt(dir, name)
 	if err != nil {
-		return nil, fault.Wrap(fault.FailedPrecondition, err, "snapshot %q: open %s without following symlinks", s.Name, path.Join(snapshotsDir, name))
+		return nil, nil, fault.Wrap(fault.FailedPrecondition, err, "snapshot %q: open %s without following symlinks", s.Name, path.Join(snapshotsDir, name))
 	}
-	return os.NewFile(uintptr(fd), path.Join(snapshotsDir, name)), nil
+	return os.NewFile(uintptr(fd), path.Join(snapshotsDir, name)), s, nil
 }

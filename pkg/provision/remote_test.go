@@ -38,15 +38,11 @@ func (g *agentOn) CopyTree(ctx context.Context, endpoint string, c RemoteCopy) (
 		return treecopy.Result{}, err
 	}
 	defer v.Close()
-	src, err := v.OpenCopyDir(c.Src, false)
+	src, dst, err := v.OpenCopy(c)
 	if err != nil {
 		return treecopy.Result{}, err
 	}
 	defer src.Close()
-	dst, err := v.OpenCopyDir(c.Dst, true)
-	if err != nil {
-		return treecopy.Result{}, err
-	}
 	defer dst.Close()
 	return treecopy.Default.Copy(ctx, int(src.Fd()), int(dst.Fd()), c.RootAttrs)
 }
@@ -197,7 +193,7 @@ func TestOpenCopyDirRefuses(t *testing.T) {
 		{"into a copy with another inode", CopyDir{Snapshot: attempt, FileID: 1}, true, fault.FailedPrecondition},
 		{"both kinds", CopyDir{SubDir: "pvc-src", Token: src.Token, Snapshot: attempt, FileID: src.FileID}, false, fault.InvalidArgument},
 	} {
-		f, err := v.OpenCopyDir(c.d, c.dst)
+		f, _, err := v.openCopyDir(c.d, c.dst)
 		if f != nil {
 			f.Close()
 		}
@@ -207,7 +203,7 @@ func TestOpenCopyDirRefuses(t *testing.T) {
 	}
 	// The right directories open, until the copy's is not empty.
 	for _, d := range []CopyDir{{Snapshot: attempt, FileID: ino(".nfsdir/snapshots/" + attempt)}, {SubDir: "pvc-clone", Token: clone.Token, FileID: clone.FileID}} {
-		f, err := v.OpenCopyDir(d, true)
+		f, _, err := v.openCopyDir(d, true)
 		if err != nil {
 			t.Fatalf("%s: %v", d, err)
 		}
@@ -216,7 +212,63 @@ func TestOpenCopyDirRefuses(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pvc-clone", "x"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.OpenCopyDir(CopyDir{SubDir: "pvc-clone", Token: clone.Token, FileID: clone.FileID}, true); !fault.Is(err, fault.FailedPrecondition) {
+	if _, _, err := v.openCopyDir(CopyDir{SubDir: "pvc-clone", Token: clone.Token, FileID: clone.FileID}, true); !fault.Is(err, fault.FailedPrecondition) {
 		t.Errorf("into a volume's directory that is not empty: %v", err)
+	}
+}
+
+// The records must say the copy: a snapshot being made is copied from
+// its own source volume, a filling volume from its own source.
+func TestOpenCopyFollowsTheRecords(t *testing.T) {
+	ctx := context.Background()
+	dir, a, _, src := remoteShare(t)
+	other, err := a.Create(ctx, req("pvc-other", "pvc-other", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := a.CreateSnapshot("snap", idOf(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt := snap.attemptPrefix() + "aaaaaaaa"
+	if err := os.Mkdir(filepath.Join(dir, ".nfsdir", "snapshots", attempt), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := req("pvc-clone", "pvc-clone", params.Delete)
+	r.Source = &Source{Key: src.Key(), Token: src.Token}
+	clone, err := a.Create(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	v, err := OpenView(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	vol := func(rec *Record) CopyDir { return CopyDir{SubDir: rec.SubDir, Token: rec.Token, FileID: rec.FileID} }
+	into := CopyDir{Snapshot: attempt, FileID: inode(t, filepath.Join(dir, ".nfsdir", "snapshots", attempt))}
+	for _, c := range []struct {
+		what string
+		c    RemoteCopy
+		ok   bool
+	}{
+		{"the snapshot from its volume", RemoteCopy{Src: vol(src), Dst: into}, true},
+		{"the clone from its source", RemoteCopy{Src: vol(src), Dst: vol(clone)}, true},
+		{"the snapshot from another volume", RemoteCopy{Src: vol(other), Dst: into}, false},
+		{"the clone from another volume", RemoteCopy{Src: vol(other), Dst: vol(clone)}, false},
+	} {
+		s, d, err := v.OpenCopy(c.c)
+		if c.ok && err != nil || !c.ok && !fault.Is(err, fault.FailedPrecondition) {
+			t.Errorf("%s: %v", c.what, err)
+		}
+		if err == nil {
+			s.Close()
+			d.Close()
+		}
 	}
 }

@@ -294,7 +294,8 @@ func (a *Agent) Get(ctx context.Context, req *Volume) (*Usage, error) {
 // into an empty directory, with the copy engine (reflinks where the file
 // system has them, else copy_file_range), while the caller waits; the
 // caller going away stops it. Both directories must be nfsdir's
-// (provision.View.OpenCopyDir), still the ones the controller opened.
+// (provision.View.OpenCopy), still the ones the controller opened, and
+// the records must say to copy the one into the other.
 func (a *Agent) Copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.Result, error) {
 	res, err := a.copy(ctx, req)
 	a.audit(ctx, "copy", &Volume{Share: req.Share, SubDir: req.Dst.String()}, map[string]any{"src": req.Src.String(),
@@ -314,15 +315,11 @@ func (a *Agent) copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.
 		return res, err
 	}
 	defer v.close()
-	src, err := v.OpenCopyDir(req.Src, false)
+	src, dst, err := v.OpenCopy(*req)
 	if err != nil {
 		return res, err
 	}
 	defer src.Close()
-	dst, err := v.OpenCopyDir(req.Dst, true)
-	if err != nil {
-		return res, err
-	}
 	defer dst.Close()
 	select {
 	case a.copies <- struct{}{}:

@@ -168,7 +168,12 @@ func TestCopyAgentWithLeastPrivilege(t *testing.T) {
 
 	agent = startAgentAs(t, args, asNobody(caps...))
 	defer func() { agent.stop() }()
-	snap, _ := snapshotUntilReady(t, c, "snap-least", src.VolumeId)
-	defer c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId})
-	treecopytest.Compare(t, onExport("pvc-agent-least"), snapshotDir(t, snap.SnapshotId), true)
+	for _, name := range []string{"snap-least", "snap-least-nochown"} { // the refused one is made now
+		snap, _ := snapshotUntilReady(t, c, name, src.VolumeId)
+		treecopytest.Compare(t, onExport("pvc-agent-least"), snapshotDir(t, snap.SnapshotId), true)
+		if _, err := c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitTrashEmpty(t)
 }
