@@ -87,7 +87,7 @@ type Create struct {
 	// volume's size on the server (quotaAgent); "": none.
 	QuotaAgent string
 	// CopyAgent is the host:port of the agent that copies the volume's
-	// trees on the server (copyAgent); "": the quota agent, if any.
+	// trees on the server (copyAgent); "": the controller copies.
 	CopyAgent string
 }
 

@@ -63,8 +63,9 @@ type Record struct {
 	QuotaAgent string `json:"quotaAgent,omitempty"`
 	// CopyAgent is the host:port of the agent that copies the volume's
 	// tree on the server (its snapshots, clones, and its own fill from a
-	// snapshot or volume). Empty: the quota agent if any, else the
-	// controller through its share mount.
+	// snapshot or volume). Empty: the controller copies, through its share
+	// mount. (A quota agent copies only when named here too: one run with
+	// only the capabilities quotas need could not.)
 	CopyAgent string `json:"copyAgent,omitempty"`
 	// FileID is the volume directory's inode number (NFS fileid), recorded
 	// once the directory exists: a directory at SubDir with another FileID

@@ -58,16 +58,6 @@ type RemoteCopier interface {
 // clients mount it (what agents serve).
 func (a *Area) UseRemote(r RemoteCopier, share string) { a.remote, a.remoteShare = r, share }
 
-// CopiedBy is the agent that copies the volume's tree on the server: the
-// one the StorageClass named for copies, else its quota agent (which copies
-// too); "" copies through the controller's mount.
-func (r *Record) CopiedBy() string {
-	if r.CopyAgent != "" {
-		return r.CopyAgent
-	}
-	return r.QuotaAgent
-}
-
 // copyTree copies the tree of src (named from for an agent) into dst
 // (named to): through the agent when one is given and the Area has a
 // remote copier, else with c through the share mount. An agent that does

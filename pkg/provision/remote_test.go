@@ -272,3 +272,28 @@ func TestOpenCopyFollowsTheRecords(t *testing.T) {
 		}
 	}
 }
+
+// A volume whose class names a quota agent but no copy agent is copied by
+// the controller: a quota agent may lack what copying takes.
+func TestAQuotaAgentIsNotAskedToCopy(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	g := &agentOn{t: t, dir: dir}
+	a.UseRemote(g, "/e")
+	r := req("pvc-src", "pvc-src", params.Delete)
+	r.QuotaAgent = "agent:1"
+	src, err := a.Create(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := a.CreateSnapshot("snap", idOf(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.FillSnapshot(ctx, snapshotIDOf(idOf(src), snap), treecopy.Default); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.calls) != 0 {
+		t.Errorf("the quota agent was asked to copy: %+v", g.calls)
+	}
+}

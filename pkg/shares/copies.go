@@ -25,7 +25,7 @@ type Copying struct {
 	// Rate bounds the entries all copies make per second (0: no bound).
 	Rate float64
 	// Remote has agents on the server copy the trees of volumes that name
-	// one (copyAgent, or quotaAgent); nil: every copy goes through the
+	// one (copyAgent); nil: every copy goes through the
 	// share mount.
 	Remote provision.RemoteCopier
 	// MinBackoff and MaxBackoff bound the wait before a failed copy is
