@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -51,7 +52,14 @@ type RemoteCopy struct {
 // file costs no NFS call.
 type RemoteCopier interface {
 	CopyTree(ctx context.Context, endpoint string, c RemoteCopy) (treecopy.Result, error)
+	// CopyProgress tells how far the copy c has come (entries looked at,
+	// bytes copied) while CopyTree waits for it.
+	CopyProgress(ctx context.Context, endpoint string, c RemoteCopy) (entries, bytes int64, err error)
 }
+
+// progressEvery is how often the progress of a copy by an agent is asked
+// for, for the callers' answers ("... copied so far").
+var progressEvery = 5 * time.Second
 
 // UseRemote has the Area's fills and snapshots copy through r when the
 // volume involved names a copy agent; share is the Area's share as NFS
@@ -80,12 +88,43 @@ func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, sr
 		}
 		d.dir.FileID = st.Ino
 	}
-	res, err := a.remote.CopyTree(ctx, agent, RemoteCopy{Share: a.remoteShare, Src: from, Dst: to, RootAttrs: rootAttrs})
+	rc := RemoteCopy{Share: a.remoteShare, Src: from, Dst: to, RootAttrs: rootAttrs}
+	if c.Progress != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go a.followRemote(ctx, agent, rc, c.Progress, stop)
+	}
+	res, err := a.remote.CopyTree(ctx, agent, rc)
 	if fault.Is(err, fault.Unimplemented) {
 		klog.Warningf("copy agent %s does not copy %s here (%v): copying through the controller's mount", agent, from, err)
 		return c.Copy(ctx, src, dst, rootAttrs)
 	}
 	return res, err
+}
+
+// followRemote copies the progress of the agent's copy rc into p until
+// stop; an agent that cannot tell (older than progress) is not asked
+// again.
+func (a *Area) followRemote(ctx context.Context, agent string, rc RemoteCopy, p *treecopy.Progress, stop <-chan struct{}) {
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		entries, bytes, err := a.remote.CopyProgress(ctx, agent, rc)
+		if fault.Is(err, fault.Unimplemented) {
+			return
+		}
+		if err == nil {
+			p.Entries.Store(entries)
+			p.Bytes.Store(bytes)
+		}
+	}
 }
 
 // OpenCopy opens, for an agent, the two directories of the copy c, and

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/params"
@@ -14,14 +15,29 @@ import (
 // agentOn copies as the copy agent does, on the share's directory: through
 // a View, which proves both directories before anything is copied.
 type agentOn struct {
-	t     *testing.T
-	dir   string
-	calls []RemoteCopy
-	err   error // returned instead of copying when set
+	t      *testing.T
+	dir    string
+	calls  []RemoteCopy
+	err    error         // returned instead of copying when set
+	polled chan struct{} // when set, a copy waits for a progress call first
+}
+
+func (g *agentOn) CopyProgress(ctx context.Context, endpoint string, c RemoteCopy) (int64, int64, error) {
+	if g.polled != nil {
+		select {
+		case <-g.polled:
+		default:
+			close(g.polled)
+		}
+	}
+	return 7, 4096, nil
 }
 
 func (g *agentOn) CopyTree(ctx context.Context, endpoint string, c RemoteCopy) (treecopy.Result, error) {
 	g.calls = append(g.calls, c)
+	if g.polled != nil {
+		<-g.polled
+	}
 	if endpoint != "agent:1" || c.Share != "/e" {
 		g.t.Errorf("copy asked of %s for share %s", endpoint, c.Share)
 	}
@@ -295,5 +311,27 @@ func TestAQuotaAgentIsNotAskedToCopy(t *testing.T) {
 	}
 	if len(g.calls) != 0 {
 		t.Errorf("the quota agent was asked to copy: %+v", g.calls)
+	}
+}
+
+// While an agent copies, its progress is asked for and shown as the
+// copy's (in the callers' "... copied so far").
+func TestProgressOfACopyByTheAgent(t *testing.T) {
+	defer func(d time.Duration) { progressEvery = d }(progressEvery)
+	progressEvery = 10 * time.Millisecond
+	ctx := context.Background()
+	_, a, g, src := remoteShare(t)
+	g.polled = make(chan struct{})
+	snap, err := a.CreateSnapshot("snap", idOf(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := treecopy.Default
+	c.Progress = &treecopy.Progress{}
+	if _, err := a.FillSnapshot(ctx, snapshotIDOf(idOf(src), snap), c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Progress.Entries.Load() != 7 || c.Progress.Bytes.Load() != 4096 {
+		t.Errorf("progress %d entries, %d bytes; want the agent's 7 and 4096", c.Progress.Entries.Load(), c.Progress.Bytes.Load())
 	}
 }

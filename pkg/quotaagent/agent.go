@@ -53,7 +53,9 @@ type Agent struct {
 	exports map[string]string // share -> local directory
 	quotas  map[string]bool   // shares served for quotas (not copies only)
 	copies  chan struct{}     // one token per copy being made
-	mu      sync.Mutex        // one change at a time: project allocation
+	copyMu  sync.Mutex
+	running map[string]*treecopy.Progress // copies being made, by copyKey
+	mu      sync.Mutex                    // one change at a time: project allocation
 	next    uint32
 	auditMu sync.Mutex
 }
@@ -74,7 +76,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.CopyWorkers = 2
 	}
 	a := &Agent{cfg: cfg, exports: map[string]string{}, quotas: map[string]bool{}, next: cfg.FirstProject,
-		copies: make(chan struct{}, cfg.CopyWorkers)}
+		copies: make(chan struct{}, cfg.CopyWorkers), running: map[string]*treecopy.Progress{}}
 	for i, e := range append(append([]Export(nil), cfg.Exports...), cfg.CopyExports...) {
 		share := path.Clean("/" + e.Share)
 		if !path.IsAbs(e.Dir) {
@@ -327,8 +329,40 @@ func (a *Agent) copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.
 	case <-ctx.Done():
 		return res, fault.Wrap(fault.Unavailable, ctx.Err(), "waiting for a copy worker")
 	}
-	*res, err = a.cfg.Copier.Copy(ctx, int(src.Fd()), int(dst.Fd()), req.RootAttrs)
+	p := &treecopy.Progress{}
+	key := copyKey(req)
+	a.copyMu.Lock()
+	if a.running[key] != nil {
+		a.copyMu.Unlock()
+		return res, fault.New(fault.Aborted, "a copy into %s is being made already", req.Dst)
+	}
+	a.running[key] = p
+	a.copyMu.Unlock()
+	defer func() {
+		a.copyMu.Lock()
+		delete(a.running, key)
+		a.copyMu.Unlock()
+	}()
+	c := a.cfg.Copier
+	c.Progress = p
+	*res, err = c.Copy(ctx, int(src.Fd()), int(dst.Fd()), req.RootAttrs)
 	return res, err
+}
+
+// copyKey names a copy by its destination.
+func copyKey(req *provision.RemoteCopy) string {
+	return fmt.Sprintf("%s\x00%s\x00%d", path.Clean("/"+req.Share), req.Dst, req.Dst.FileID)
+}
+
+// CopyProgress implements Service.
+func (a *Agent) CopyProgress(_ context.Context, req *provision.RemoteCopy) (*CopyProgress, error) {
+	a.copyMu.Lock()
+	defer a.copyMu.Unlock()
+	p := a.running[copyKey(req)]
+	if p == nil {
+		return &CopyProgress{}, nil
+	}
+	return &CopyProgress{Running: true, Entries: p.Entries.Load(), Bytes: p.Bytes.Load()}, nil
 }
 
 // Probe implements Service.

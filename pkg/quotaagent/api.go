@@ -73,8 +73,18 @@ type Service interface {
 	// Copy copies a tree of nfsdir's on the server into an empty
 	// directory of nfsdir's, and answers when it is complete.
 	Copy(context.Context, *provision.RemoteCopy) (*treecopy.Result, error)
+	// CopyProgress tells how far a copy being made has come.
+	CopyProgress(context.Context, *provision.RemoteCopy) (*CopyProgress, error)
 	// Probe answers when the agent can serve.
 	Probe(context.Context, *Empty) (*Empty, error)
+}
+
+// CopyProgress is how far a copy has come; Running false: none is being
+// made into that directory.
+type CopyProgress struct {
+	Running bool  `json:"running"`
+	Entries int64 `json:"entries"`
+	Bytes   int64 `json:"bytes"`
 }
 
 type jsonCodec struct{}
@@ -103,6 +113,7 @@ var serviceDesc = grpc.ServiceDesc{
 		{MethodName: "Clear", Handler: handler(Service.Clear)},
 		{MethodName: "Get", Handler: handler(Service.Get)},
 		{MethodName: "Copy", Handler: handler(Service.Copy)},
+		{MethodName: "CopyProgress", Handler: handler(Service.CopyProgress)},
 		{MethodName: "Probe", Handler: handler(Service.Probe)},
 	},
 }
@@ -156,6 +167,11 @@ func (c *Client) Get(ctx context.Context, v *Volume) (*Usage, error) {
 // Copy calls the agent's Copy.
 func (c *Client) Copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.Result, error) {
 	return invoke[treecopy.Result](ctx, c, "Copy", req)
+}
+
+// CopyProgress calls the agent's CopyProgress.
+func (c *Client) CopyProgress(ctx context.Context, req *provision.RemoteCopy) (*CopyProgress, error) {
+	return invoke[CopyProgress](ctx, c, "CopyProgress", req)
 }
 
 // Probe calls the agent's Probe.

@@ -120,6 +120,10 @@ func TestCopiesOverGRPC(t *testing.T) {
 	if !fault.Is(err, fault.FailedPrecondition) {
 		t.Errorf("a copy into a volume in use = %v", err)
 	}
+	// Nothing being copied into a directory: not running, nothing done.
+	if e, b, err := pool.CopyProgress(ctx, endpoint, provision.RemoteCopy{Share: "/e", Dst: provision.CopyDir{Snapshot: "x"}}); err != nil || e != 0 || b != 0 {
+		t.Errorf("progress of no copy: %d, %d, %v", e, b, err)
+	}
 	// Another share: Unimplemented, so that the controller copies itself.
 	_, err = pool.CopyTree(ctx, endpoint, provision.RemoteCopy{Share: "/other"})
 	if !fault.Is(err, fault.Unimplemented) {

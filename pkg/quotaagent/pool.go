@@ -109,6 +109,22 @@ func (p *Pool) CopyTree(ctx context.Context, endpoint string, req provision.Remo
 	return *res, wrap(endpoint, fmt.Sprintf("copy %s into %s", req.Src, req.Dst), err)
 }
 
+// CopyProgress tells how far the agent at endpoint has come with the copy
+// req.
+func (p *Pool) CopyProgress(ctx context.Context, endpoint string, req provision.RemoteCopy) (entries, bytes int64, err error) {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	got, err := c.CopyProgress(ctx, &req)
+	if err != nil {
+		return 0, 0, wrap(endpoint, "progress of a copy into "+req.Dst.String(), err)
+	}
+	return got.Entries, got.Bytes, nil
+}
+
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()

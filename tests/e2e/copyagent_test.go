@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -107,7 +108,31 @@ func TestCopiesThroughTheCopyAgent(t *testing.T) {
 		t.Errorf("quota Get on a copies-only export: %v", err)
 	}
 
-	for _, v := range []*csi.Volume{restored, clone, src} {
+	// A slow copy (the agent paced to 200 entries a second) shows its
+	// progress in CreateVolume's answers while it runs.
+	agent.stop()
+	agent = startAgent(t, []string{"quota-agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export(),
+		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--copy-rate", "200"})
+	var progress string
+	for i := 0; i < 150 && progress == ""; i++ {
+		_, err := c.Controller.CreateVolume(lab.Ctx(t, time.Minute), withAgent("pvc-agent-slow", "", src.VolumeId))
+		if err == nil {
+			break
+		}
+		if m := regexp.MustCompile(`: ([1-9][0-9]*) entries and ([0-9]+) bytes copied so far`).FindStringSubmatch(err.Error()); m != nil {
+			progress = m[0]
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if progress == "" {
+		t.Error("CreateVolume never told how far the agent's copy had come")
+	} else {
+		t.Logf("while the agent copies: %s", progress)
+	}
+	slow, _ := createUntilDone(t, c, withAgent("pvc-agent-slow", "", src.VolumeId))
+	treecopytest.Compare(t, onExport("pvc-agent-src"), onExport("pvc-agent-slow"), false)
+
+	for _, v := range []*csi.Volume{restored, clone, slow, src} {
 		c.Delete(t, v)
 	}
 	if _, err := c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId}); err != nil {
