@@ -44,6 +44,10 @@ const (
 	// volume at most every 5 minutes, all counts together at most 2000
 	// entries per second (a few READDIRPLUS calls a second on NFS).
 	DefaultCountEvery = 5 * time.Minute
+	// DefaultAbandonAfter is how long a volume being made from a snapshot
+	// or volume may go unasked for: twelve times csi-provisioner's longest
+	// wait between retries (5 minutes by default).
+	DefaultAbandonAfter = time.Hour
 	DefaultCountRate  = 2000
 	// DefaultClaimLapse matches an NFSv4 server's default lease: a dead
 	// node's single-node volumes are free again about when its locks are.
@@ -80,6 +84,11 @@ type Config struct {
 	// together (0: no bound).
 	CopyWorkers int
 	CopyRate    float64
+	// AbandonAfter is how long a volume made from a snapshot or volume,
+	// never handed out, may go without CreateVolume asking for it before
+	// it is discarded (its claim deleted while it was filled, and
+	// csi-provisioner restarted); 0: never.
+	AbandonAfter time.Duration
 	// ReadClaimMetadata lets the controller read claims' labels and
 	// annotations from the Kubernetes API for subDir templates.
 	ReadClaimMetadata bool
@@ -131,7 +140,7 @@ func (c Config) MountPolicy() mountopts.Policy {
 func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
 		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4, ClaimLapse: DefaultClaimLapse,
-		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2, CopyWorkers: 2,
+		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2, CopyWorkers: 2, AbandonAfter: DefaultAbandonAfter,
 		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String()}
 }
 
@@ -160,6 +169,9 @@ func (c Config) Validate() error {
 	}
 	if c.CountEvery < 0 || c.CountRate < 0 || c.CountWorkers < 1 {
 		return fmt.Errorf("--usage-count-every and --usage-count-rate must not be negative, --usage-count-workers at least 1")
+	}
+	if c.AbandonAfter < 0 {
+		return fmt.Errorf("--abandon-after %s: 0 (never) or a duration well above csi-provisioner's longest wait between retries (--retry-interval-max, 5m by default)", c.AbandonAfter)
 	}
 	if c.CopyWorkers < 1 || c.CopyRate < 0 {
 		return fmt.Errorf("--copy-workers must be at least 1 and --copy-rate not negative")

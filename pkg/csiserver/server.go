@@ -78,7 +78,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		}
 		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers,
 			Accounting: acct,
-			Copying:    copying}, m)
+			Copying:    copying, AbandonAfter: cfg.AbandonAfter}, m)
 		if err != nil {
 			return nil, err
 		}
@@ -96,6 +96,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.metrics.Gauge("nfsdir_copies_running", "Snapshot, restore and clone copies running.", func() float64 { return float64(set.Copies().Running) })
 		d.metrics.Counter("nfsdir_copies_completed_total", "Snapshot, restore and clone copies completed.", func() float64 { return float64(set.Copies().Completed) })
 		d.metrics.Counter("nfsdir_copies_failed_total", "Copy attempts that failed (retried; see the log).", func() float64 { return float64(set.Copies().Failed) })
+		d.metrics.Counter("nfsdir_abandoned_volumes_discarded_total", "Volumes made from a snapshot or volume, never handed out, that CreateVolume stopped asking for (--abandon-after) and that were discarded.", func() float64 { return float64(set.AbandonedVolumes()) })
 		d.metrics.Counter("nfsdir_copied_bytes_total", "File data copied by snapshots, restores and clones (holes not counted).", func() float64 { return float64(set.Copies().Bytes) })
 		d.metrics.CounterByLabel("nfsdir_copied_files_total", "Regular files copied by snapshots, restores and clones, by how their data was copied: clone (FICLONE, NFSv4.2 CLONE), copy_file_range (NFSv4.2 COPY: on the server) or read_write (through this controller).", "method", func() map[string]float64 {
 			st := set.Copies()

@@ -66,15 +66,33 @@ func contentSource(cs *csi.VolumeContentSource, e export.Export) (*provision.Sou
 // waits for it up to copyWait: a volume still filling is Aborted, with how
 // far the copy has come, and the caller's retry finds it further on.
 func (s *Controller) awaitFill(ctx context.Context, a *provision.Area, share *shares.Share, id volumeid.ID, rec *provision.Record) error {
-	filling, st, err := s.shares.FillState(a, share, id, waitFor(ctx))
+	if rec.Abandoned {
+		return fault.New(fault.Aborted, "volume %q was never handed out and nobody asked for it for too long: it is being discarded; retry to make it anew", rec.Name)
+	}
+	// Asked for: not abandoned (provision.SweepAbandoned).
+	if after := s.shares.AbandonAfter(); after > 0 {
+		if err := a.MarkAsked(id, rec, after/8); err != nil {
+			return err
+		}
+	}
+	var filling bool
+	var st shares.CopyState
+	var err error
+	if !rec.Copied { // else complete, waiting to be handed out
+		filling, st, err = s.shares.FillState(a, share, id, waitFor(ctx))
+	}
 	switch {
 	case errors.Is(err, provision.ErrGone):
 		return fault.New(fault.Aborted, "volume %q was deleted while it was being filled; retry", rec.Name)
 	case err != nil:
 		return err
 	case !filling:
+		err := a.HandOut(id, rec)
+		if errors.Is(err, provision.ErrGone) {
+			return fault.New(fault.Aborted, "volume %q was deleted, or changed, while it was being handed out; retry", rec.Name)
+		}
 		rec.Filling = false
-		return nil
+		return err
 	case st.Err != nil && !fault.KindOf(st.Err).Final():
 		return fault.Wrap(fault.KindOf(st.Err), st.Err, "volume %q: filling it from %s failed (retried)", rec.Name, rec.Source)
 	case st.Err != nil:

@@ -33,6 +33,7 @@ type Area struct {
 	umu       sync.Mutex
 	usage     *os.Root // .nfsdir/usage, once opened (usageDir)
 	snapshots *os.Root // .nfsdir/snapshots, once opened (snapshotDir)
+	pending   *os.Root // .nfsdir/pending, once opened (pendingDir)
 
 	remote      RemoteCopier // copies by agents on the server (UseRemote)
 	remoteShare string       // the share as the agents know it
@@ -209,7 +210,7 @@ func (a *Area) Close() error {
 	var errs []error
 	a.umu.Lock()
 	defer a.umu.Unlock()
-	for _, r := range []*os.Root{a.usage, a.snapshots, a.volumes, a.parents, a.trash, a.nodes, a.meta} {
+	for _, r := range []*os.Root{a.usage, a.snapshots, a.pending, a.volumes, a.parents, a.trash, a.nodes, a.meta} {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}

@@ -161,8 +161,11 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 		}
 		return res, err
 	}
-	if !rec.Filling {
+	if !rec.Filling || rec.Copied {
 		return res, nil
+	}
+	if rec.Abandoned {
+		return res, ErrGone
 	}
 	var copyInto func(dst int) (treecopy.Result, error)
 	if rec.Source.Archive != "" {
@@ -206,7 +209,11 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 		if r.FileID != st.Ino {
 			return fault.New(fault.Aborted, "volume %q: another attempt made its directory anew while this one filled it; that attempt's copy is what counts", r.Name)
 		}
-		r.Filling = false
+		if r.Pending {
+			r.Copied = true // still Filling until handed out (HandOut)
+		} else {
+			r.Filling = false // a record of an older nfsdir's
+		}
 		return nil
 	})
 	if err == nil && done == nil {

@@ -64,7 +64,7 @@ func TestInterruptedFillStartsOverInANewDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	now, err := a.Lookup(idOf(rec))
-	if err != nil || now == nil || now.Filling {
+	if err != nil || now == nil || !now.Copied {
 		t.Fatalf("after the fill the record is %+v, %v; want it complete", now, err)
 	}
 	if got := inode(t, filepath.Join(dir, "pvc-clone")); got == first || now.FileID != got {

@@ -106,7 +106,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
-		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent}
+		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, Pending: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent}
 	key := rec.Key()
 	if req.Source != nil {
 		// Checked before the record: a volume whose source is missing

@@ -67,6 +67,17 @@ type Record struct {
 	// mount. (A quota agent copies only when named here too: one run with
 	// only the capabilities quotas need could not.)
 	CopyAgent string `json:"copyAgent,omitempty"`
+	// Pending marks a volume made from a snapshot or volume that was not
+	// handed out yet: Filling stays set until CreateVolume hands it out
+	// (HandOut), also once its copy is complete (Copied). Only such a
+	// record is ever discarded as abandoned (SweepAbandoned); a record an
+	// older nfsdir rewrote loses the mark, and is never.
+	Pending bool `json:"pending,omitempty"`
+	// Copied says the fill of a Pending volume is complete.
+	Copied bool `json:"copied,omitempty"`
+	// Abandoned says nobody asked for a Pending volume for too long: it
+	// is being discarded, and is never handed out.
+	Abandoned bool `json:"abandoned,omitempty"`
 	// FileID is the volume directory's inode number (NFS fileid), recorded
 	// once the directory exists: a directory at SubDir with another FileID
 	// is not the one nfsdir created, and is never deleted or archived. 0:

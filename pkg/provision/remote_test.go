@@ -117,7 +117,7 @@ func TestSnapshotAndRestoreThroughTheAgent(t *testing.T) {
 	if err != nil || string(b) != "source" {
 		t.Fatalf("the restore holds %q, %v", b, err)
 	}
-	if now, _ := a.Lookup(idOf(rec)); now == nil || now.Filling {
+	if now, _ := a.Lookup(idOf(rec)); now == nil || !now.Copied {
 		t.Fatalf("the restored volume is %+v after its fill", now)
 	}
 }

@@ -245,5 +245,5 @@ func (s *Set) FillState(a *provision.Area, share *Share, id volumeid.ID, wait ti
 	if rec == nil {
 		return false, st, provision.ErrGone
 	}
-	return rec.Filling, st, nil
+	return rec.Filling && !rec.Copied, st, nil
 }

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -42,9 +43,14 @@ type Set struct {
 	// mu covers the map only: every share needs it, so nothing that
 	// touches a share (opening or closing an Area, listing its trash)
 	// runs under it.
-	mu      sync.Mutex
-	areas   map[string]*openArea // by share mount point
-	listing map[string]bool      // by export: a listing runs on it (List)
+	mu    sync.Mutex
+	areas map[string]*openArea // by share mount point
+	// abandoned counts the volumes discarded as abandoned.
+	abandoned atomic.Int64
+
+	abandonAfter time.Duration   // Config.AbandonAfter
+	sweeping     map[string]bool // shares being swept, by mount point
+	listing      map[string]bool // by export: a listing runs on it (List)
 }
 
 // Config says where a Set keeps its mounts and how it works.
@@ -62,6 +68,10 @@ type Config struct {
 	Accounting Accounting
 	// Copying configures the copies of snapshots, restores and clones.
 	Copying Copying
+	// AbandonAfter is how long a volume made from a snapshot or volume
+	// and never handed out may go without CreateVolume asking for it
+	// before it is discarded (provision.SweepAbandoned); 0: never.
+	AbandonAfter time.Duration
 }
 
 // New returns the Set for cfg, mounting through m.
@@ -74,6 +84,14 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 	s.bg, s.stop = context.WithCancel(context.Background())
 	if cfg.PurgeWorkers > 0 {
 		s.purger = provision.NewPurger(cfg.PurgeWorkers)
+	}
+	if cfg.AbandonAfter > 0 {
+		s.abandonAfter = cfg.AbandonAfter
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.sweepAbandoned(s.bg)
+		}()
 	}
 	if cfg.Accounting.Every > 0 {
 		s.acct = newAccountant(cfg.Accounting)
@@ -436,6 +454,60 @@ func (s *Set) Claims(ctx context.Context, id volumeid.ID, fn func(*os.Root) erro
 		s.mounts.Invalidate(view)
 		if share != nil {
 			s.mounts.Invalidate(share)
+		}
+	}
+}
+
+// AbandonedVolumes counts the volumes discarded as abandoned.
+func (s *Set) AbandonedVolumes() int64 { return s.abandoned.Load() }
+
+// AbandonAfter is Config.AbandonAfter.
+func (s *Set) AbandonAfter() time.Duration { return s.abandonAfter }
+
+// sweepAbandoned sweeps every open share for abandoned volumes
+// (provision.SweepAbandoned) every eighth of AbandonAfter (at least every
+// second, at most every 10 minutes), one sweep per share at a time: a share
+// whose server hangs holds up only its own.
+func (s *Set) sweepAbandoned(ctx context.Context) {
+	tick := time.NewTicker(min(max(s.abandonAfter/8, time.Second), 10*time.Minute))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		if s.sweeping == nil {
+			s.sweeping = map[string]bool{}
+		}
+		var open []*openArea
+		for p, oa := range s.areas {
+			if !s.sweeping[p] {
+				s.sweeping[p] = true
+				open = append(open, oa)
+			}
+		}
+		s.mu.Unlock()
+		for _, oa := range open {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				gone, err := oa.area.SweepAbandoned(ctx, s.abandonAfter)
+				if err != nil {
+					klog.Warningf("share %s: sweeping abandoned volumes: %v", oa.share.Export, err)
+				}
+				for _, id := range gone {
+					s.ForgetFill(id)
+				}
+				if len(gone) > 0 {
+					s.abandoned.Add(int64(len(gone)))
+					s.Purge(oa.share)
+				}
+				s.mu.Lock()
+				delete(s.sweeping, oa.share.Path)
+				s.mu.Unlock()
+			}()
 		}
 	}
 }

@@ -193,7 +193,16 @@ func TestCopyAgentWithLeastPrivilege(t *testing.T) {
 
 	agent = startAgentAs(t, args, asNobody(caps...))
 	defer func() { agent.stop() }()
-	for _, name := range []string{"snap-least", "snap-least-nochown"} { // the refused one is made now
+	// The refused one is made now, once its back-off is over (until
+	// then, CreateSnapshot tells the last attempt's failure).
+	for i := 0; i < 300; i++ {
+		r, err := c.Controller.CreateSnapshot(lab.Ctx(t, time.Minute), &csi.CreateSnapshotRequest{Name: "snap-least-nochown", SourceVolumeId: src.VolumeId})
+		if err == nil && r.Snapshot.ReadyToUse {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, name := range []string{"snap-least", "snap-least-nochown"} {
 		snap, _ := snapshotUntilReady(t, c, name, src.VolumeId)
 		treecopytest.Compare(t, onExport("pvc-agent-least"), snapshotDir(t, snap.SnapshotId), true)
 		if _, err := c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId}); err != nil {

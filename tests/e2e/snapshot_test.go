@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/treecopy/treecopytest"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
@@ -344,5 +345,63 @@ func TestRestoreOfACSIDriverNFSSnapshot(t *testing.T) {
 	}
 	if exists(onExport("pvc-from-link")) {
 		t.Error("a refused restore left a directory")
+	}
+}
+
+// TestAbandonedRestoreIsDiscarded: a restore whose claim went away while
+// it was filled (CreateVolume asked once, then never again: the claim was
+// deleted and csi-provisioner restarted) is discarded once nobody asked
+// for it for --abandon-after: record, directory and marker gone, purged;
+// a restore handed out meanwhile, asked for no more either, stays with
+// its data; the snapshot and its source are untouched.
+func TestAbandonedRestoreIsDiscarded(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	c := start(t, func(cfg *config.Config) { cfg.AbandonAfter = 3 * time.Second })
+	vc := lab.RWX("nfsvers=4.2")
+	src := c.Create(t, "pvc-abandon-src", params("onDelete", "delete"), vc)
+	defer c.Delete(t, src)
+	manyFiles(t, onExport("pvc-abandon-src"), 600)
+	snap, _ := snapshotUntilReady(t, c, "snap-abandon", src.VolumeId)
+	defer c.Controller.DeleteSnapshot(lab.Ctx(t, time.Minute), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId})
+
+	kept, _ := createUntilDone(t, c, fromSource("pvc-abandon-kept", vc, snap.SnapshotId, ""))
+	// Asked for once, with a short deadline: the answer is "being filled".
+	_, err := c.Controller.CreateVolume(lab.Ctx(t, 2*time.Second), fromSource("pvc-abandoned", vc, snap.SnapshotId, ""))
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("the first CreateVolume of a 600-file restore = %v; want Aborted (being filled)", err)
+	}
+	pending, _ := os.ReadDir(onExport(".nfsdir/pending"))
+	t.Logf(".nfsdir/pending: %v", pending)
+	deadline := time.Now().Add(2 * time.Minute)
+	for exists(onExport("pvc-abandoned")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned restore is still on the share after 2 minutes")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	waitTrashEmpty(t)
+	for _, l := range []string{"pvc-abandoned"} {
+		if exists(onExport(l)) {
+			t.Errorf("%s is back", l)
+		}
+	}
+	left, _ := os.ReadDir(onExport(".nfsdir/pending"))
+	for _, e := range left {
+		if e.Name() != ".clock" {
+			t.Errorf(".nfsdir/pending holds %s after the sweep", e.Name())
+		}
+	}
+	treecopytest.Compare(t, snapshotDir(t, snap.SnapshotId), onExport("pvc-abandon-kept"), false)
+	if _, err := c.Controller.ControllerGetVolume(lab.Ctx(t, time.Minute), &csi.ControllerGetVolumeRequest{VolumeId: kept.VolumeId}); err != nil {
+		t.Errorf("the restore handed out: %v", err)
+	}
+	// Asked for again (the claim was still there after all), it is made
+	// anew.
+	again, _ := createUntilDone(t, c, fromSource("pvc-abandoned", vc, snap.SnapshotId, ""))
+	treecopytest.Compare(t, snapshotDir(t, snap.SnapshotId), onExport("pvc-abandoned"), false)
+	for _, v := range []*csi.Volume{kept, again} {
+		c.Delete(t, v)
 	}
 }
