@@ -48,7 +48,7 @@ const (
 	// or volume may go unasked for: twelve times csi-provisioner's longest
 	// wait between retries (5 minutes by default).
 	DefaultAbandonAfter = time.Hour
-	DefaultCountRate  = 2000
+	DefaultCountRate    = 2000
 	// DefaultClaimLapse matches an NFSv4 server's default lease: a dead
 	// node's single-node volumes are free again about when its locks are.
 	DefaultClaimLapse = 90 * time.Second
