@@ -44,11 +44,11 @@ const (
 	// volume at most every 5 minutes, all counts together at most 2000
 	// entries per second (a few READDIRPLUS calls a second on NFS).
 	DefaultCountEvery = 5 * time.Minute
+	DefaultCountRate  = 2000
 	// DefaultAbandonAfter is how long a volume being made from a snapshot
 	// or volume may go unasked for: twelve times csi-provisioner's longest
 	// wait between retries (5 minutes by default).
 	DefaultAbandonAfter = time.Hour
-	DefaultCountRate    = 2000
 	// DefaultClaimLapse matches an NFSv4 server's default lease: a dead
 	// node's single-node volumes are free again about when its locks are.
 	DefaultClaimLapse = 90 * time.Second
