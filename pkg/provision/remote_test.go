@@ -157,7 +157,6 @@ func TestAnAgentThatDoesNotCopyLeavesItToTheController(t *testing.T) {
 // ones the controller opened, and only into an empty directory of a volume
 // being filled or of a snapshot being made.
 func TestOpenCopyDirRefuses(t *testing.T) {
-	ctx := context.Background()
 	dir, a, _, src := remoteShare(t)
 	snap, err := a.CreateSnapshot("snap", idOf(src))
 	if err != nil {
@@ -174,22 +173,8 @@ func TestOpenCopyDirRefuses(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(snaps, ".aaaaaaaa.bbbbbbbb.cccccccc"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	r := req("pvc-clone", "pvc-clone", params.Delete)
-	r.Source = &Source{Key: src.Key(), Token: src.Token}
-	clone, err := a.Create(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	v, err := OpenView(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	clone := cloneRecord(t, a, src)
+	v := viewOf(t, dir)
 	ino := func(rel string) uint64 { return inode(t, filepath.Join(dir, rel)) }
 	for _, c := range []struct {
 		what string
@@ -250,22 +235,8 @@ func TestOpenCopyFollowsTheRecords(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, ".nfsdir", "snapshots", attempt), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	r := req("pvc-clone", "pvc-clone", params.Delete)
-	r.Source = &Source{Key: src.Key(), Token: src.Token}
-	clone, err := a.Create(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	v, err := OpenView(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	clone := cloneRecord(t, a, src)
+	v := viewOf(t, dir)
 	vol := func(rec *Record) CopyDir { return CopyDir{SubDir: rec.SubDir, Token: rec.Token, FileID: rec.FileID} }
 	into := CopyDir{Snapshot: attempt, FileID: inode(t, filepath.Join(dir, ".nfsdir", "snapshots", attempt))}
 	for _, c := range []struct {
@@ -334,4 +305,32 @@ func TestProgressOfACopyByTheAgent(t *testing.T) {
 	if c.Progress.Entries.Load() != 7 || c.Progress.Bytes.Load() != 4096 {
 		t.Errorf("progress %d entries, %d bytes; want the agent's 7 and 4096", c.Progress.Entries.Load(), c.Progress.Bytes.Load())
 	}
+}
+
+// cloneRecord records pvc-clone, to be filled from src.
+func cloneRecord(t *testing.T, a *Area, src *Record) *Record {
+	t.Helper()
+	r := req("pvc-clone", "pvc-clone", params.Delete)
+	r.Source = &Source{Key: src.Key(), Token: src.Token}
+	clone, err := a.Create(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clone
+}
+
+// viewOf opens the View of the share at dir, as the agent does.
+func viewOf(t *testing.T, dir string) *View {
+	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenView(root)
+	if err != nil {
+		root.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close(); root.Close() })
+	return v
 }

@@ -80,20 +80,20 @@ func (b *bench) stats(v *csi.Volume, target string) *csi.NodeGetVolumeStatsRespo
 // per delete.
 func (b *bench) scaleRound(label string, v *csi.Volume, target string) (creates, stats, deletes []time.Duration, createCalls, deleteCalls int64) {
 	var vols []*csi.Volume
-	c0, ops := nfsCalls(), lab.NFSOps("")
+	c0, ops := lab.NFSCalls(), lab.NFSOps("")
 	for i := range *rounds {
 		t0 := time.Now()
 		vols = append(vols, b.create(fmt.Sprintf("pvc-scale-%s-%d", label, i)))
 		creates = append(creates, time.Since(t0))
 	}
-	createCalls = nfsCalls() - c0
+	createCalls = lab.NFSCalls() - c0
 	fmt.Printf("  CreateVolume (%s): %s\n", label, opsSince(ops, *rounds))
 	for range *rounds {
 		t0 := time.Now()
 		b.stats(v, target)
 		stats = append(stats, time.Since(t0))
 	}
-	c0, ops = nfsCalls(), lab.NFSOps("")
+	c0, ops = lab.NFSCalls(), lab.NFSOps("")
 	for _, d := range vols {
 		t0 := time.Now()
 		if _, err := b.ctl.DeleteVolume(b.ctx, &csi.DeleteVolumeRequest{VolumeId: d.GetVolumeId()}); err != nil {
@@ -102,14 +102,14 @@ func (b *bench) scaleRound(label string, v *csi.Volume, target string) (creates,
 		deletes = append(deletes, time.Since(t0))
 	}
 	fmt.Printf("  DeleteVolume (%s): %s\n", label, opsSince(ops, *rounds))
-	return creates, stats, deletes, createCalls, nfsCalls() - c0
+	return creates, stats, deletes, createCalls, lab.NFSCalls() - c0
 }
 
 // bareRound times rounds mkdir and rmdir calls on the bare mount.
 func (b *bench) bareRound() (mkdirs, rmdirs []time.Duration, mkdirCalls, rmdirCalls int64) {
 	dir := filepath.Join(b.bare, "bare-scale")
 	os.MkdirAll(dir, 0o755)
-	c0 := nfsCalls()
+	c0 := lab.NFSCalls()
 	for i := range *rounds {
 		t0 := time.Now()
 		if err := os.Mkdir(filepath.Join(dir, fmt.Sprint("d", i)), 0o770); err != nil {
@@ -117,8 +117,8 @@ func (b *bench) bareRound() (mkdirs, rmdirs []time.Duration, mkdirCalls, rmdirCa
 		}
 		mkdirs = append(mkdirs, time.Since(t0))
 	}
-	mkdirCalls = nfsCalls() - c0
-	c0 = nfsCalls()
+	mkdirCalls = lab.NFSCalls() - c0
+	c0 = lab.NFSCalls()
 	for i := range *rounds {
 		t0 := time.Now()
 		if err := os.Remove(filepath.Join(dir, fmt.Sprint("d", i))); err != nil {
@@ -126,7 +126,7 @@ func (b *bench) bareRound() (mkdirs, rmdirs []time.Duration, mkdirCalls, rmdirCa
 		}
 		rmdirs = append(rmdirs, time.Since(t0))
 	}
-	return mkdirs, rmdirs, mkdirCalls, nfsCalls() - c0
+	return mkdirs, rmdirs, mkdirCalls, lab.NFSCalls() - c0
 }
 
 // scaleRows measures CreateVolume, NodeGetVolumeStats and an empty
@@ -184,7 +184,7 @@ func (s *scaleRows) after() {
 	// Paging through them all, 500 a page.
 	var pages []time.Duration
 	token, listed := "", 0
-	c0 := nfsCalls()
+	c0 := lab.NFSCalls()
 	t0 = time.Now()
 	for {
 		p0 := time.Now()
@@ -199,7 +199,7 @@ func (s *scaleRows) after() {
 		}
 	}
 	add(fmt.Sprintf("ListVolumes of all %d, 500 a page (%d pages)", listed, len(pages)), time.Since(t0), 0, fmt.Sprintf("page p50 %s", pct(pages, 50).Round(time.Millisecond)), false,
-		fmt.Sprintf("%.2f per volume", float64(nfsCalls()-c0)/float64(max(1, listed))))
+		fmt.Sprintf("%.2f per volume", float64(lab.NFSCalls()-c0)/float64(max(1, listed))))
 }
 
 // countVolumes lists the volumes on the share.
@@ -264,20 +264,20 @@ func (b *bench) usageRows(fill func(dir string, n, per int)) {
 			die(err)
 		}
 		defer unix.Close(fd)
-		c0, cpu0, t0 := nfsCalls(), cpuTime(), time.Now()
+		c0, cpu0, t0 := lab.NFSCalls(), cpuTime(), time.Now()
 		res, err := w.Count(b.ctx, fd)
 		if err != nil {
 			die(err)
 		}
-		return res, time.Since(t0), cpuTime() - cpu0, nfsCalls() - c0
+		return res, time.Since(t0), cpuTime() - cpu0, lab.NFSCalls() - c0
 	}
 	res, took, cpu, calls := walk(usage.DefaultWalker)
 	exec.Command("sh", "-c", "echo 2 > /proc/sys/vm/drop_caches").Run()
-	c0, t0 := nfsCalls(), time.Now()
+	c0, t0 := lab.NFSCalls(), time.Now()
 	if out, err := exec.Command("du", "-s", dir).CombinedOutput(); err != nil {
 		die(fmt.Errorf("du: %v %s", err, out))
 	}
-	du, duCalls := time.Since(t0), nfsCalls()-c0
+	du, duCalls := time.Since(t0), lab.NFSCalls()-c0
 	per := float64(res.Inodes) / 100000
 	add(fmt.Sprintf("count of %d entries, unbounded (du -s baseline)", res.Inodes), took, du,
 		fmt.Sprintf("CPU %s per 100,000", time.Duration(float64(cpu)/per).Round(time.Millisecond)), true,

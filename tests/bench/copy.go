@@ -213,9 +213,9 @@ func (b *bench) agentCopyRows(server, export, src string, cp, tgz traffic, what 
 	move(src, dirOf(vol))
 	measure := func(fn func()) traffic {
 		exec.Command("sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches").Run()
-		calls0, t0 := nfsCalls(), time.Now()
+		calls0, t0 := lab.NFSCalls(), time.Now()
 		fn()
-		return traffic{took: time.Since(t0), calls: nfsCalls() - calls0}
+		return traffic{took: time.Since(t0), calls: lab.NFSCalls() - calls0}
 	}
 	var clone, restored *csi.Volume
 	var snapID string

@@ -43,25 +43,6 @@ type row struct {
 	op, nfsdir, baseline, ratio, target, rpcs string
 }
 
-// nfsCalls returns the number of NFS client calls made so far (all
-// versions), from /proc/net/rpc/nfs.
-func nfsCalls() int64 {
-	b, _ := os.ReadFile("/proc/net/rpc/nfs")
-	var total int64
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || !strings.HasPrefix(f[0], "proc") {
-			continue
-		}
-		for _, n := range f[2:] {
-			var v int64
-			fmt.Sscan(n, &v)
-			total += v
-		}
-	}
-	return total
-}
-
 // perOp formats NFS calls per operation for nfsdir and the baseline.
 func perOp(got, base int64, n int) string {
 	if base < 0 {
@@ -168,7 +149,7 @@ func main() {
 	add(fmt.Sprintf("gRPC round trip alone (ControllerGetCapabilities ×%d)", *creates), time.Since(t0), 0, "", false, "0")
 
 	// 1. CreateVolume vs mkdir.
-	c0 := nfsCalls()
+	c0 := lab.NFSCalls()
 	t0 = time.Now()
 	for i := 0; i < *creates; i++ {
 		if err := os.Mkdir(filepath.Join(bare, "bare-mkdir", fmt.Sprint("d", i)), 0o770); err != nil {
@@ -176,15 +157,15 @@ func main() {
 		}
 	}
 	mkdirs := time.Since(t0)
-	mkdirCalls := nfsCalls() - c0
-	c0 = nfsCalls()
+	mkdirCalls := lab.NFSCalls() - c0
+	c0 = lab.NFSCalls()
 	t0 = time.Now()
 	for i := 0; i < *creates; i++ {
 		create(fmt.Sprintf("pvc-seq-%d", i))
 	}
 	seq := time.Since(t0)
 	add(fmt.Sprintf("CreateVolume ×%d, one at a time", *creates), seq, mkdirs, "≤ 1.5× bare mkdir loop", true,
-		perOp(nfsCalls()-c0, mkdirCalls, *creates))
+		perOp(lab.NFSCalls()-c0, mkdirCalls, *creates))
 	t0 = time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -228,7 +209,7 @@ func main() {
 	// removes dir with rm -rf; it returns how long the call took, the purge
 	// took and rm -rf took, and NFS calls per file of each.
 	purgeVsRm := func(id, dir string, n int) (ret, purge, rm time.Duration, calls string) {
-		c0 := nfsCalls()
+		c0 := lab.NFSCalls()
 		t0 := time.Now()
 		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 			die(err)
@@ -236,13 +217,13 @@ func main() {
 		ret = time.Since(t0)
 		waitPurged()
 		purge = time.Since(t0)
-		purgeCalls := nfsCalls() - c0
-		c0 = nfsCalls()
+		purgeCalls := lab.NFSCalls() - c0
+		c0 = lab.NFSCalls()
 		t0 = time.Now()
 		if out, err := exec.Command("rm", "-rf", dir).CombinedOutput(); err != nil {
 			die(fmt.Errorf("rm -rf: %v %s", err, out))
 		}
-		return ret, purge, time.Since(t0), perOp(purgeCalls, nfsCalls()-c0, n)
+		return ret, purge, time.Since(t0), perOp(purgeCalls, lab.NFSCalls()-c0, n)
 	}
 	ret, purge, rmrf, calls := purgeVsRm(big.GetVolumeId(), filepath.Join(bare, "bare-rm"), *files)
 	add(fmt.Sprintf("DeleteVolume of %d files: call returns", *files), ret, 0, "≤ 1s", false, "")

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,28 +17,6 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
-
-// clientNFSCalls is the NFS calls this guest's client made so far.
-func clientNFSCalls(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/net/rpc/nfs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || !strings.HasPrefix(f[0], "proc") {
-			continue
-		}
-		for _, n := range f[2:] {
-			var v int64
-			fmt.Sscan(n, &v)
-			total += v
-		}
-	}
-	return total
-}
 
 // TestCopiesThroughTheCopyAgent: with a StorageClass naming a copy agent
 // (copyAgent) that serves the tmpfs export for copies only
@@ -76,9 +53,9 @@ func TestCopiesThroughTheCopyAgent(t *testing.T) {
 	treecopytest.Compare(t, onExport("pvc-agent-src"), snapshotDir(t, snap.SnapshotId), true)
 
 	must(t, os.WriteFile(onExport("pvc-agent-src/plain"), []byte("changed"), 0o644))
-	before := clientNFSCalls(t)
+	before := lab.NFSCalls()
 	restored, polls := createUntilDone(t, c, withAgent("pvc-agent-restored", snap.SnapshotId, ""))
-	calls := clientNFSCalls(t) - before
+	calls := lab.NFSCalls() - before
 	treecopytest.Compare(t, snapshotDir(t, snap.SnapshotId), onExport("pvc-agent-restored"), false)
 	t.Logf("restore of 2,000+ files through the agent: %d NFS calls from the client, %d CreateVolume calls", calls, polls)
 	if calls >= 2000 {
