@@ -36,7 +36,12 @@ type Area struct {
 	pending   *os.Root // .nfsdir/pending, once opened (pendingDir)
 
 	remote      RemoteCopier // copies by agents on the server (UseRemote)
+	maker       RemoteMaker  // volumes made and removed by agents (UseRemote)
 	remoteShare string       // the share as the agents know it
+	onServer    bool         // opened on the server's own file system (OnServer)
+
+	madeMu sync.Mutex
+	made   map[string]*Record // volumes agents made for this Area, by key.token (Made)
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no

@@ -321,7 +321,7 @@ func (a *Area) emptyVolumeDir(id volumeid.ID, rec *Record) (int, error) {
 		if r.FileID != sealed {
 			return fault.New(fault.Aborted, "volume %q: another attempt is making its directory anew; retry", r.Name)
 		}
-		r.FileID, r.Handle = 0, ""
+		r.unseal()
 		return nil
 	})
 	if err != nil {

@@ -91,6 +91,10 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err := safepath.CheckVolumePath(req.SubDir); err != nil {
 		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
 	}
+	// The agent runs this same Create on the server, checks included.
+	if rec, done, err := a.makeRemote(ctx, req); done {
+		return rec, err
+	}
 	if err := a.checkNotNested(req.SubDir); err != nil {
 		return nil, err
 	}
@@ -245,7 +249,7 @@ func (a *Area) recheckNesting(rec *Record) error {
 	err := a.checkNotNested(rec.SubDir)
 	if err != nil {
 		a.removeNewDir(rec.SubDir)
-		rec.FileID, rec.Handle = 0, ""
+		rec.unseal()
 	}
 	return err
 }
@@ -325,7 +329,7 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 		// Never leave a half-made volume: the directory is new and empty,
 		// and the caller drops the record.
 		a.removeNewDir(rec.SubDir)
-		rec.FileID, rec.Handle = 0, ""
+		rec.unseal()
 	}
 	return err
 }
@@ -382,6 +386,10 @@ func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
 // checkSealedAt fails when st, found at rel below r, is not the directory
 // sealed into rec.
 func (a *Area) checkSealedAt(rec *Record, st fs.FileInfo, r *os.Root, rel string) error {
+	if a.onServer && rec.ServerHandle == "" && rec.Handle != "" {
+		// Said before anything changes: the controller acts instead.
+		return fault.New(fault.Unimplemented, "directory %q was sealed through NFS, with a file handle only an NFS client can compare; the controller acts on it through its mount", rec.SubDir)
+	}
 	if !st.IsDir() {
 		return fault.New(fault.FailedPrecondition, "%q is no longer a directory (%s); nfsdir leaves it alone", rec.SubDir, st.Mode().Type())
 	}
@@ -391,12 +399,22 @@ func (a *Area) checkSealedAt(rec *Record, st fs.FileInfo, r *os.Root, rel string
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != rec.FileID {
 		return replaced(fmt.Sprintf("fileid %d, recorded %d", sys.Ino, rec.FileID))
 	}
-	if rec.Handle != "" {
-		if h := handleDigest(r, rel); h != "" && h != rec.Handle {
+	if want := a.sealedHandle(rec); want != "" {
+		if h := handleDigest(r, rel); h != "" && h != want {
 			return replaced(fmt.Sprintf("same fileid %d, but its file handle (server file system and generation) differs from the recorded one", rec.FileID))
 		}
 	}
 	return nil
+}
+
+// sealedHandle is the handle digest sealed into rec that this Area can
+// compare: the NFS one through a share mount, the server's own on the
+// server (OnServer); "" when rec has none of that kind.
+func (a *Area) sealedHandle(rec *Record) string {
+	if a.onServer {
+		return rec.ServerHandle
+	}
+	return rec.Handle
 }
 
 // handleDigest returns a digest of the file handle of p below root (for
@@ -458,7 +476,13 @@ func (a *Area) seal(key string, rec *Record) error {
 		return fault.New(fault.FailedPrecondition, "%q is not a directory (%s)", rec.SubDir, st.Mode().Type())
 	}
 	sealed := *rec
-	sealed.FileID, sealed.Handle = sys.Ino, fdHandleDigest(d)
+	sealed.unseal()
+	sealed.FileID = sys.Ino
+	if a.onServer {
+		sealed.ServerHandle = fdHandleDigest(d)
+	} else {
+		sealed.Handle = fdHandleDigest(d)
+	}
 	if err := rewriteRecord(a.volumes, key, &sealed); err != nil {
 		return err
 	}
@@ -717,7 +741,27 @@ func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 // "delete", the directory is renamed into the trash at once and purged later
 // by a Purger.
 func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
-	return a.deleteAs(id, "")
+	rec, err := a.Lookup(id)
+	if err != nil {
+		return err
+	}
+	return a.DeleteFound(ctx, id, rec)
+}
+
+// DeleteFound is Delete of the volume of id that Lookup found as rec (nil:
+// not found) a moment ago: a volume that names a copy agent is deleted
+// by the agent, on the server (RemoteMaker); any other, or one the agent
+// does not delete, through the share mount. Either way the record is
+// read again before anything is changed.
+func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) error {
+	done, err := a.removeRemote(ctx, id, rec)
+	if !done {
+		err = a.deleteAs(id, "")
+	}
+	if err == nil {
+		a.forgetMade(id)
+	}
+	return err
 }
 
 // DiscardFill removes a volume whose fill from a snapshot or volume never

@@ -89,7 +89,12 @@ type Record struct {
 	// mounted at the path, or a new inode that reuses the number, does not
 	// match. Empty: the client could not give a handle (or an older
 	// nfsdir sealed the record), and FileID alone identifies it.
-	Handle        string          `json:"handle,omitempty"`
+	Handle string `json:"handle,omitempty"`
+	// ServerHandle is Handle as the server's own file system gives it,
+	// recorded instead of Handle when an agent on the server made the
+	// directory (MakeVolume): a handle there is not the NFS one, so each
+	// side compares only the handle it can compute, and FileID always.
+	ServerHandle  string          `json:"serverHandle,omitempty"`
 	OnDelete      params.OnDelete `json:"onDelete"`
 	Mode          uint32          `json:"mode"`
 	UID           int             `json:"uid"` // -1: not changed
@@ -157,6 +162,9 @@ func (r *Record) describe() string {
 }
 
 func recordPath(key string) string { return path.Join(volumesDir, key) }
+
+// unseal forgets the directory sealed into r.
+func (r *Record) unseal() { r.FileID, r.Handle, r.ServerHandle = 0, "", "" }
 
 // Key returns the key the record is stored under.
 func (r *Record) Key() string {

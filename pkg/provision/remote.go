@@ -15,6 +15,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
 // CopyDir names a directory of the share to an agent on the server that
@@ -61,10 +62,131 @@ type RemoteCopier interface {
 // for, for the callers' answers ("... copied so far").
 var progressEvery = 5 * time.Second
 
+// RemoteMake asks an agent on the server to make a volume (Area.Create)
+// on the share, as NFS clients mount it, with the server's own file
+// system.
+type RemoteMake struct {
+	Share   string  `json:"share"`
+	Request Request `json:"request"`
+}
+
+// RemoteRemove asks an agent on the server to delete the volume recorded
+// under Key with Token (Area.Delete) on the share.
+type RemoteRemove struct {
+	Share string `json:"share"`
+	Key   string `json:"key"`
+	Token string `json:"token"`
+}
+
+// RemoteMaker has the agent at endpoint make and delete volumes on the
+// server, where the record, the directory, its seal and its mode cost no
+// NFS call. An agent that does not (Unimplemented: older than this, not
+// serving the share, or unable to act as the user nfsdir's files belong
+// to) says so before it changes anything.
+type RemoteMaker interface {
+	MakeVolume(ctx context.Context, endpoint string, m RemoteMake) (*Record, error)
+	RemoveVolume(ctx context.Context, endpoint string, r RemoteRemove) error
+}
+
 // UseRemote has the Area's fills and snapshots copy through r when the
-// volume involved names a copy agent; share is the Area's share as NFS
-// clients mount it (what agents serve).
-func (a *Area) UseRemote(r RemoteCopier, share string) { a.remote, a.remoteShare = r, share }
+// volume involved names a copy agent, and, when r is a RemoteMaker too,
+// such volumes made and deleted by the agent; share is the Area's share
+// as NFS clients mount it (what agents serve).
+func (a *Area) UseRemote(r RemoteCopier, share string) {
+	a.remote, a.remoteShare = r, share
+	a.maker, _ = r.(RemoteMaker)
+}
+
+// OnServer marks an Area opened by an agent on the server's own file
+// system, not through an NFS mount: the directories it seals get the
+// server file system's handle (Record.ServerHandle), and it compares
+// only that one.
+func (a *Area) OnServer() { a.onServer = true }
+
+// agentDeclined reports whether an agent's answer to MakeVolume or
+// RemoveVolume leaves the call to the controller: the agent does not do
+// it (Unimplemented), or cannot be reached (Unavailable). The agent is
+// an accelerator for these: the controller's own Create and Delete are
+// safe beside a call the agent may still be running, as beside another
+// controller's.
+func agentDeclined(err error) bool {
+	return fault.Is(err, fault.Unimplemented) || fault.Is(err, fault.Unavailable)
+}
+
+// makeRemote has the copy agent of req make its volume. done false: the
+// agent does not (agentDeclined), and the caller makes it through the
+// share mount.
+func (a *Area) makeRemote(ctx context.Context, req Request) (rec *Record, done bool, err error) {
+	if req.CopyAgent == "" || a.maker == nil {
+		return nil, false, nil
+	}
+	rec, err = a.maker.MakeVolume(ctx, req.CopyAgent, RemoteMake{Share: a.remoteShare, Request: req})
+	if agentDeclined(err) {
+		klog.Warningf("volume %q: agent %s does not make it (%v): making it through the controller's mount", req.Name, req.CopyAgent, err)
+		return nil, false, nil
+	}
+	if err == nil {
+		a.remember(rec)
+	}
+	return rec, true, err
+}
+
+// maxMade bounds the records an Area remembers (Made): beyond it, the
+// records of further volumes are read from the share when needed.
+const maxMade = 4096
+
+// remember keeps what an agent answered for a volume it made.
+func (a *Area) remember(rec *Record) {
+	a.madeMu.Lock()
+	defer a.madeMu.Unlock()
+	if a.made == nil {
+		a.made = map[string]*Record{}
+	}
+	if len(a.made) < maxMade {
+		c := *rec
+		a.made[rec.Key()+"."+rec.Token] = &c
+	}
+}
+
+// Made returns the record an agent answered when it made the volume of
+// id for this Area, or nil. It was true then; what it tells of the
+// volume's creation (its agents, its directory, its seal) never changes
+// for that token, and the agent and Delete read the record again before
+// they change anything: a DeleteVolume of a volume this controller made
+// needs no read of the share to know where to send it.
+func (a *Area) Made(id volumeid.ID) *Record {
+	a.madeMu.Lock()
+	defer a.madeMu.Unlock()
+	if rec := a.made[id.Key+"."+id.Token]; rec != nil {
+		c := *rec
+		return &c
+	}
+	return nil
+}
+
+// forgetMade drops what Made remembers of the volume of id.
+func (a *Area) forgetMade(id volumeid.ID) {
+	a.madeMu.Lock()
+	defer a.madeMu.Unlock()
+	delete(a.made, id.Key+"."+id.Token)
+}
+
+// removeRemote has the copy agent of rec delete the volume of id. done
+// false: the agent does not (agentDeclined), and the caller deletes it
+// through the share mount.
+func (a *Area) removeRemote(ctx context.Context, id volumeid.ID, rec *Record) (done bool, err error) {
+	if rec == nil || rec.CopyAgent == "" || a.maker == nil || (rec.ServerHandle == "" && rec.Handle != "") {
+		// Sealed through NFS (made before its class named the agent):
+		// only an NFS client can compare its handle.
+		return false, nil
+	}
+	err = a.maker.RemoveVolume(ctx, rec.CopyAgent, RemoteRemove{Share: a.remoteShare, Key: id.Key, Token: id.Token})
+	if agentDeclined(err) {
+		klog.Warningf("volume %q: agent %s does not delete it (%v): deleting it through the controller's mount", rec.Name, rec.CopyAgent, err)
+		return false, nil
+	}
+	return true, err
+}
 
 // copyTree copies the tree of src (named from for an agent) into dst
 // (named to): through the agent when one is given and the Area has a

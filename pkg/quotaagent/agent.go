@@ -58,6 +58,8 @@ type Agent struct {
 	mu      sync.Mutex                    // one change at a time: project allocation
 	next    uint32
 	auditMu sync.Mutex
+	areaMu  sync.Mutex
+	areas   map[string]*openedArea // by share: the areas MakeVolume and RemoveVolume act on
 }
 
 // New checks cfg (every export root is a directory on a file system with

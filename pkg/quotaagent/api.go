@@ -9,7 +9,11 @@
 // is configured with, only on directories nfsdir recorded on the share (it
 // reads the records on its side), only for a caller that shows the
 // volume's creation token, and copies only into an empty directory of a
-// volume being filled or of a snapshot being made.
+// volume being filled or of a snapshot being made. It also makes and
+// deletes the volumes of StorageClasses that name it as their copy agent,
+// running nfsdir's own provisioning code on the server's file system as
+// the user who owns nfsdir's files there: the controller could do the
+// same through its mount, at a dozen NFS calls a volume.
 //
 // The messages are JSON (a gRPC codec of their own, "json"): no generated
 // code, and an audit trail an operator can read.
@@ -75,6 +79,13 @@ type Service interface {
 	Copy(context.Context, *provision.RemoteCopy) (*treecopy.Result, error)
 	// CopyProgress tells how far a copy being made has come.
 	CopyProgress(context.Context, *provision.RemoteCopy) (*CopyProgress, error)
+	// MakeVolume makes a volume on the server as the controller's
+	// provision.Area.Create would through its mount, and answers its
+	// record.
+	MakeVolume(context.Context, *provision.RemoteMake) (*provision.Record, error)
+	// RemoveVolume deletes a volume on the server as
+	// provision.Area.Delete would.
+	RemoveVolume(context.Context, *provision.RemoteRemove) (*Empty, error)
 	// Probe answers when the agent can serve.
 	Probe(context.Context, *Empty) (*Empty, error)
 }
@@ -114,6 +125,8 @@ var serviceDesc = grpc.ServiceDesc{
 		{MethodName: "Get", Handler: handler(Service.Get)},
 		{MethodName: "Copy", Handler: handler(Service.Copy)},
 		{MethodName: "CopyProgress", Handler: handler(Service.CopyProgress)},
+		{MethodName: "MakeVolume", Handler: handler(Service.MakeVolume)},
+		{MethodName: "RemoveVolume", Handler: handler(Service.RemoveVolume)},
 		{MethodName: "Probe", Handler: handler(Service.Probe)},
 	},
 }
@@ -172,6 +185,17 @@ func (c *Client) Copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy
 // CopyProgress calls the agent's CopyProgress.
 func (c *Client) CopyProgress(ctx context.Context, req *provision.RemoteCopy) (*CopyProgress, error) {
 	return invoke[CopyProgress](ctx, c, "CopyProgress", req)
+}
+
+// MakeVolume calls the agent's MakeVolume.
+func (c *Client) MakeVolume(ctx context.Context, req *provision.RemoteMake) (*provision.Record, error) {
+	return invoke[provision.Record](ctx, c, "MakeVolume", req)
+}
+
+// RemoveVolume calls the agent's RemoveVolume.
+func (c *Client) RemoveVolume(ctx context.Context, req *provision.RemoteRemove) error {
+	_, err := invoke[Empty](ctx, c, "RemoveVolume", req)
+	return err
 }
 
 // Probe calls the agent's Probe.

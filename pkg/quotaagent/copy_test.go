@@ -32,17 +32,12 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
-// An agent serving a directory for copies only (no project quotas there)
-// makes a snapshot and its restore over gRPC with mutual TLS, as the
-// controller asks through its Pool; the copies are in its audit trail;
-// quota calls for that export are refused, naming the flag.
-func TestCopiesOverGRPC(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dir := t.TempDir()
-	var audit lockedBuffer
-	agent, err := quotaagent.New(quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
-		FirstProject: 1, LastProject: 9, Audit: &audit})
+// serveAgent serves an agent with cfg on a loopback port, with mutual
+// TLS, until the test ends, and returns a controller's Pool for it and
+// its endpoint.
+func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) {
+	t.Helper()
+	agent, err := quotaagent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +50,27 @@ func TestCopiesOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	go quotaagent.Serve(ctx, l, agent, tlsCfg)
 	pool, err := quotaagent.NewPool(quotaagent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	endpoint := l.Addr().String()
+	t.Cleanup(pool.Close)
+	return pool, l.Addr().String()
+}
+
+// An agent serving a directory for copies only (no project quotas there)
+// makes a snapshot and its restore over gRPC with mutual TLS, as the
+// controller asks through its Pool; the copies are in its audit trail;
+// quota calls for that export are refused, naming the flag.
+func TestCopiesOverGRPC(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	var audit lockedBuffer
+	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
+		FirstProject: 1, LastProject: 9, Audit: &audit})
 
 	root, err := os.OpenRoot(dir)
 	if err != nil {

@@ -125,6 +125,32 @@ func (p *Pool) CopyProgress(ctx context.Context, endpoint string, req provision.
 	return got.Entries, got.Bytes, nil
 }
 
+// MakeVolume has the agent at endpoint make a volume on the server.
+func (p *Pool) MakeVolume(ctx context.Context, endpoint string, m provision.RemoteMake) (*provision.Record, error) {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	rec, err := c.MakeVolume(ctx, &m)
+	if err != nil {
+		return nil, wrap(endpoint, fmt.Sprintf("make volume %q in %q", m.Request.Name, m.Request.SubDir), err)
+	}
+	return rec, nil
+}
+
+// RemoveVolume has the agent at endpoint delete a volume on the server.
+func (p *Pool) RemoveVolume(ctx context.Context, endpoint string, r provision.RemoteRemove) error {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	return wrap(endpoint, "delete volume "+r.Key+"."+r.Token, c.RemoveVolume(ctx, &r))
+}
+
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()

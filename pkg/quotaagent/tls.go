@@ -161,6 +161,9 @@ func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) 
 		case <-time.After(10 * time.Second):
 			g.Stop()
 		}
+		if c, ok := agent.(interface{ Close() }); ok {
+			c.Close()
+		}
 	}()
 	return g.Serve(l)
 }

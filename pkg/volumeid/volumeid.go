@@ -338,3 +338,7 @@ func ParseLegacySnapshot(s string) (LegacySnapshot, error) {
 	}
 	return LegacySnapshot{Export: e, Archive: archive}, nil
 }
+
+// ValidKey reports whether key and token have the form of a record's key
+// and creation token (what Parse accepts in an ID).
+func ValidKey(key, token string) bool { return isBase32(key, keyLen) && isBase32(token, tokenLen) }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/usage"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
@@ -26,7 +29,27 @@ var (
 	statFiles = flag.Int("stat-files", 100000, "files in the volume whose stats and count are measured (0: skip)")
 	statCalls = flag.Int("stat-calls", 200, "NodeGetVolumeStats calls timed")
 	writerN   = flag.Int("writer-files", 1000, "4 KiB files the concurrent writer creates")
+	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the scale round with few volumes (its CreateVolume, NodeGetVolumeStats and DeleteVolume calls) and of the calls made by the copy agent to this file")
 )
+
+// startProfile starts the CPU profile -cpuprofile asks for and returns
+// what stops it.
+func startProfile() func() {
+	if *cpuProf == "" {
+		return func() {}
+	}
+	f, err := os.Create(*cpuProf)
+	if err != nil {
+		die(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		die(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
 
 // pct returns the p-th percentile (0..100) of ds.
 func pct(ds []time.Duration, p int) time.Duration {
@@ -53,6 +76,7 @@ type bench struct {
 	work   string
 	bare   string // the export mounted without nfsdir
 	export string // the export on the server's side
+	pki    lab.PKI
 }
 
 // publish mounts v on a new target under work and returns the target.
@@ -80,7 +104,7 @@ func (b *bench) stats(v *csi.Volume, target string) *csi.NodeGetVolumeStatsRespo
 // per delete.
 func (b *bench) scaleRound(label string, v *csi.Volume, target string) (creates, stats, deletes []time.Duration, createCalls, deleteCalls int64) {
 	var vols []*csi.Volume
-	c0, ops := lab.NFSCalls(), lab.NFSOps("")
+	c0, ops, ms := lab.NFSCalls(), lab.NFSOps(""), lab.NFSExecute("")
 	for i := range *rounds {
 		t0 := time.Now()
 		vols = append(vols, b.create(fmt.Sprintf("pvc-scale-%s-%d", label, i)))
@@ -88,12 +112,13 @@ func (b *bench) scaleRound(label string, v *csi.Volume, target string) (creates,
 	}
 	createCalls = lab.NFSCalls() - c0
 	fmt.Printf("  CreateVolume (%s): %s\n", label, opsSince(ops, *rounds))
+	fmt.Printf("  CreateVolume (%s): %s\n", label, timeSince(ms, creates))
 	for range *rounds {
 		t0 := time.Now()
 		b.stats(v, target)
 		stats = append(stats, time.Since(t0))
 	}
-	c0, ops = lab.NFSCalls(), lab.NFSOps("")
+	c0, ops, ms = lab.NFSCalls(), lab.NFSOps(""), lab.NFSExecute("")
 	for _, d := range vols {
 		t0 := time.Now()
 		if _, err := b.ctl.DeleteVolume(b.ctx, &csi.DeleteVolumeRequest{VolumeId: d.GetVolumeId()}); err != nil {
@@ -102,12 +127,18 @@ func (b *bench) scaleRound(label string, v *csi.Volume, target string) (creates,
 		deletes = append(deletes, time.Since(t0))
 	}
 	fmt.Printf("  DeleteVolume (%s): %s\n", label, opsSince(ops, *rounds))
+	fmt.Printf("  DeleteVolume (%s): %s\n", label, timeSince(ms, deletes))
 	return creates, stats, deletes, createCalls, lab.NFSCalls() - c0
 }
 
 // bareRound times rounds mkdir and rmdir calls on the bare mount.
 func (b *bench) bareRound() (mkdirs, rmdirs []time.Duration, mkdirCalls, rmdirCalls int64) {
-	dir := filepath.Join(b.bare, "bare-scale")
+	return b.bareRoundIn(b.bare)
+}
+
+// bareRoundIn times rounds mkdir and rmdir calls below mnt.
+func (b *bench) bareRoundIn(mnt string) (mkdirs, rmdirs []time.Duration, mkdirCalls, rmdirCalls int64) {
+	dir := filepath.Join(mnt, "bare-scale")
 	os.MkdirAll(dir, 0o755)
 	c0 := lab.NFSCalls()
 	for i := range *rounds {
@@ -154,6 +185,112 @@ func (b *bench) scaleBefore() *scaleRows {
 	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, %d volumes on the share", *rounds, s.volumes), pct(s.deletes, 50), pct(rm, 50), "", true,
 		perOp(s.deletesN, rmN, *rounds))
 	return s
+}
+
+// cdRound times rounds CreateVolume calls with parameters p and
+// capability vc, then the DeleteVolume calls of the (empty) volumes made,
+// one at a time; it counts the NFS calls of each series: the
+// controller's own (its share mounts, lookupcache=none) and all of the
+// guest's (the purge after each delete, and the agent's, included).
+type cdRound struct {
+	creates, deletes []time.Duration
+	createsOwn       int64
+	createsAll       int64
+	deletesOwn       int64
+	deletesAll       int64
+}
+
+func (b *bench) cdRound(label string, p map[string]string, vc *csi.VolumeCapability) cdRound {
+	var r cdRound
+	var vols []*csi.Volume
+	own, all := lab.NFSCallsWith("lookupcache=none"), lab.NFSCalls()
+	for i := range *rounds {
+		t0 := time.Now()
+		v, err := b.ctl.CreateVolume(b.ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("pvc-%s-%d", label, i), Parameters: p,
+			VolumeCapabilities: []*csi.VolumeCapability{vc}, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}})
+		if err != nil {
+			die(err)
+		}
+		r.creates = append(r.creates, time.Since(t0))
+		vols = append(vols, v.GetVolume())
+	}
+	r.createsOwn, r.createsAll = lab.NFSCallsWith("lookupcache=none")-own, lab.NFSCalls()-all
+	own, all = lab.NFSCallsWith("lookupcache=none"), lab.NFSCalls()
+	for _, v := range vols {
+		t0 := time.Now()
+		if _, err := b.ctl.DeleteVolume(b.ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); err != nil {
+			die(err)
+		}
+		r.deletes = append(r.deletes, time.Since(t0))
+	}
+	r.deletesOwn, r.deletesAll = lab.NFSCallsWith("lookupcache=none")-own, lab.NFSCalls()-all
+	return r
+}
+
+// calls formats the controller's NFS calls per call against bare's, and
+// all of the guest's.
+func calls(own, all, bare int64) string {
+	return fmt.Sprintf("%s (all: %.1f)", perOp(own, bare, *rounds), float64(all)/float64(*rounds))
+}
+
+// agentRound times CreateVolume and empty DeleteVolume calls of a class
+// whose copy agent (at agent) makes and deletes its volumes on the server
+// against the bare mkdir and rmdir given, and a call to the agent that
+// does nothing (the floor under them).
+func (b *bench) agentRound(where, agent string, p map[string]string, vc *csi.VolumeCapability, mk, rm []time.Duration, mkN, rmN int64) {
+	p = maps.Clone(p)
+	p["copyAgent"], p["onDelete"] = agent, "delete"
+	b.cdRound("made-warm-up"+where, p, vc)
+	r := b.cdRound("made"+where, p, vc)
+	tlsCfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: b.pki.Client.Cert, Key: b.pki.Client.Key, CA: b.pki.CA}, "")
+	if err != nil {
+		die(err)
+	}
+	cl, closeAgent, err := quotaagent.Dial(agent, tlsCfg)
+	if err != nil {
+		die(err)
+	}
+	defer closeAgent()
+	var probes []time.Duration
+	for range *rounds + 1 {
+		t0 := time.Now()
+		if err := cl.Probe(b.ctx); err != nil {
+			die(err)
+		}
+		probes = append(probes, time.Since(t0))
+	}
+	add(fmt.Sprintf("call to the agent alone (Probe), p50 of %d%s", *rounds, where), pct(probes[1:], 50), pct(mk, 50), "vs bare mkdir", true, "0")
+	add(fmt.Sprintf("CreateVolume made by the copy agent, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "≤ 4× bare mkdir", true, calls(r.createsOwn, r.createsAll, mkN))
+	add(fmt.Sprintf("DeleteVolume (empty) by the copy agent, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "≤ 6× bare rmdir", true, calls(r.deletesOwn, r.deletesAll, rmN))
+}
+
+// agentRows measures CreateVolume and an empty DeleteVolume made by the
+// copy agent on the lab's export against bare mkdir and rmdir.
+func (b *bench) agentRows() {
+	mk, rm, mkN, rmN := b.bareRound()
+	b.agentRound("", quotaAgentAddr, map[string]string{"server": os.Getenv("NFSDIR_LAB_SERVER"), "share": b.export}, b.vc, mk, rm, mkN, rmN)
+}
+
+// farRows measures, with the server and the agent 1 ms away (proxies
+// holding every byte that long each way, NFSv3 through farFlags), bare
+// mkdir and rmdir on farBare, CreateVolume and an empty DeleteVolume
+// through the controller's mount, and the same made by the copy agent.
+func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration) {
+	agent, err := lab.NewProxyTo(quotaAgentAddr, delay)
+	if err != nil {
+		die(err)
+	}
+	defer agent.Close()
+	where := fmt.Sprintf(", server and agent %s away", delay)
+	mk, rm, mkN, rmN := b.bareRoundIn(farBare)
+	vc := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: farFlags}},
+		AccessMode: b.vc.AccessMode}
+	p := map[string]string{"server": os.Getenv("NFSDIR_LAB_SERVER"), "share": b.export, "onDelete": "delete"}
+	b.cdRound("far-warm-up", p, vc)
+	r := b.cdRound("far", p, vc)
+	add(fmt.Sprintf("CreateVolume p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, calls(r.createsOwn, r.createsAll, mkN))
+	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, calls(r.deletesOwn, r.deletesAll, rmN))
+	b.agentRound(where, fmt.Sprintf("127.0.0.1:%d", agent.Port), p, vc, mk, rm, mkN, rmN)
 }
 
 func (s *scaleRows) after() {
@@ -322,6 +459,29 @@ func (b *bench) usageRows(fill func(dir string, n, per int)) {
 	withFree, _ := during("free", usage.DefaultWalker)
 	add(fmt.Sprintf("writer of %d 4 KiB files during a count at 2000 entries/s", *writerN), withPaced, alone, "vs the writer alone", true, "")
 	add(fmt.Sprintf("writer of %d 4 KiB files during an unbounded count", *writerN), withFree, alone, "vs the writer alone", true, "")
+}
+
+// timeSince formats the milliseconds the NFS client spent on each
+// operation since before, per call of calls, against the calls' own mean
+// time: where a call's time goes. Background work (the purge, the usage
+// count) counts too.
+func timeSince(before map[string]int64, calls []time.Duration) string {
+	var parts []string
+	var total int64
+	for op, v := range lab.NFSExecute("") {
+		if d := v - before[op]; d > 0 {
+			total += d
+			parts = append(parts, fmt.Sprintf("%s %.2f", op, float64(d)/float64(len(calls))))
+		}
+	}
+	sort.Strings(parts)
+	var sum time.Duration
+	for _, c := range calls {
+		sum += c
+	}
+	mean := sum / time.Duration(max(1, len(calls)))
+	return fmt.Sprintf("mean %.2f ms, of it in NFS calls %.2f ms (%s)", float64(mean.Microseconds())/1000,
+		float64(total)/float64(max(1, len(calls))), strings.Join(parts, ", "))
 }
 
 // opsSince formats the operations sent since before, per op of n.

@@ -133,11 +133,16 @@ func main() {
 	os.MkdirAll(filepath.Join(bare, "bare-mkdir"), 0o755)
 
 	fmt.Printf("nfsdir bench in the lab guest (NFS %s over loopback, TCG emulation)\n", *vers)
-	b := &bench{ctx: ctx, ctl: ctl, node: node, vc: vc, create: create, work: work, bare: bare, export: export}
+	b := &bench{ctx: ctx, ctl: ctl, node: node, vc: vc, create: create, work: work, bare: bare, export: export, pki: pki}
 	var sc *scaleRows
+	stopProfile := startProfile()
 	if *scale > 0 {
 		sc = b.scaleBefore()
 	}
+	if *rounds > 0 {
+		b.agentRows()
+	}
+	stopProfile()
 
 	// 0. The cost of a gRPC round trip alone, for context.
 	t0 := time.Now()
@@ -255,6 +260,9 @@ func main() {
 		_, farPurge, farRm, farCalls := purgeVsRm(far.GetVolume().GetVolumeId(), filepath.Join(farBare, "far-rm"), *farFiles)
 		add(fmt.Sprintf("DeleteVolume of %d files, server %s away: purged", *farFiles, *farDelay), farPurge, farRm,
 			"vs rm -rf over NFS", true, farCalls)
+		if *rounds > 0 {
+			b.farRows(farFlags, farBare, *farDelay)
+		}
 		exec.Command("umount", farBare).Run()
 		proxy.Close()
 	}

@@ -18,11 +18,18 @@ import (
 // recordOnShare reads the record of a volume ID from the share.
 func recordOnShare(t *testing.T, volumeID string) map[string]any {
 	t.Helper()
+	return recordOn(t, lab.Export(), volumeID)
+}
+
+// recordOn reads the record of a volume ID from the export share, on the
+// server's side.
+func recordOn(t *testing.T, share, volumeID string) map[string]any {
+	t.Helper()
 	id, err := volumeid.Parse(volumeID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, err := os.Readlink(onExport(".nfsdir/volumes/" + id.Key))
+	target, err := os.Readlink(filepath.Join(share, ".nfsdir/volumes", id.Key))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/quotaagent"
@@ -187,4 +191,106 @@ func TestCopyAgentWithLeastPrivilege(t *testing.T) {
 		}
 	}
 	waitTrashEmpty(t)
+}
+
+// TestVolumesMadeOnTheServerByTheAgent: a StorageClass naming a copy agent
+// has its volumes made and deleted by the agent on the server, both on a
+// no_root_squash and on a root_squash export: CreateVolume and
+// DeleteVolume then cost the controller's NFS client no more than 3 calls
+// (a dozen and more through its mount); what the agent makes is owned as
+// what the controller makes through its mount (the squashed user on the
+// root_squash export), is published and written through NFS as any
+// volume, and is purged after its delete; a chown the squashed user may
+// not make is refused as through the mount, leaving nothing. The agent's
+// audit log has every volume.
+func TestVolumesMadeOnTheServerByTheAgent(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	pki := lab.NewPKI(t)
+	c := start(t, func(cfg *config.Config) {
+		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
+		cfg.CountEvery = 0 // no usage counts beside the calls counted
+	})
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	agent := startAgent(t, []string{"quota-agent", "--listen", "127.0.0.1:29700",
+		"--copy-export", lab.Export() + "=" + lab.Export(), "--copy-export", lab.SquashExport() + "=" + lab.SquashExport(),
+		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--audit-log", audit})
+	defer agent.stop()
+	vc := lab.RWX("nfsvers=4.2")
+	for _, share := range []string{lab.Export(), lab.SquashExport()} {
+		on := func(rel string) string { return filepath.Join(share, rel) }
+		p := params("share", share, "onDelete", "delete", "mountPermissions", "0770", "copyAgent", "127.0.0.1:29700")
+		plain := params("share", share, "onDelete", "delete", "mountPermissions", "0770")
+		mounted := c.Create(t, "pvc-mounted-"+filepath.Base(share), plain, vc) // and the share's metadata area
+		var creates, deletes []int64
+		var vols []*csi.Volume
+		for i := range 5 {
+			before := lab.NFSCalls()
+			vols = append(vols, c.Create(t, fmt.Sprintf("pvc-agent-made-%d", i), p, vc))
+			creates = append(creates, lab.NFSCalls()-before)
+		}
+		t.Logf("%s: NFS calls of CreateVolume through the agent: %v", share, creates)
+		if slices.Sort(creates); creates[2] > 3 {
+			t.Errorf("%s: CreateVolume through the agent costs the NFS client %d calls (median), want at most 3", share, creates[2])
+		}
+		var want, got unix.Stat_t
+		must(t, unix.Lstat(on("pvc-mounted-"+filepath.Base(share)), &want))
+		must(t, unix.Lstat(on("pvc-agent-made-0"), &got))
+		if got.Uid != want.Uid || got.Gid != want.Gid || got.Mode != want.Mode {
+			t.Errorf("%s: the agent's volume is %d:%d %o, the controller's %d:%d %o", share, got.Uid, got.Gid, got.Mode, want.Uid, want.Gid, want.Mode)
+		}
+		rec := recordOn(t, share, vols[0].VolumeId)
+		if rec["serverHandle"] == nil || rec["handle"] != nil || rec["fileID"] != float64(got.Ino) {
+			t.Errorf("%s: the agent's seal: %v", share, rec)
+		}
+		target := filepath.Join(t.TempDir(), "mnt")
+		c.Publish(t, vols[0], target, vc, false)
+		must(t, os.WriteFile(filepath.Join(target, "data"), []byte("written through NFS"), 0o644))
+		c.Unpublish(t, vols[0], target)
+		if b, err := os.ReadFile(on("pvc-agent-made-0/data")); err != nil || string(b) != "written through NFS" {
+			t.Errorf("%s: the volume holds %q, %v", share, b, err)
+		}
+		for _, v := range vols {
+			// The controller's own calls, on its share mount: the purge
+			// it starts runs on a mount of its own.
+			before := lab.NFSCallsWith("lookupcache=none")
+			c.Delete(t, v)
+			deletes = append(deletes, lab.NFSCallsWith("lookupcache=none")-before)
+			// The purge of the trash, after each: its calls are its own.
+			for i := 0; i < 300; i++ {
+				if ents, _ := os.ReadDir(on(".nfsdir/trash")); len(ents) == 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		t.Logf("%s: NFS calls of DeleteVolume through the agent: %v", share, deletes)
+		if slices.Sort(deletes); deletes[2] > 3 {
+			t.Errorf("%s: DeleteVolume through the agent costs the NFS client %d calls (median), want at most 3", share, deletes[2])
+		}
+		for i := range vols {
+			if exists(on(fmt.Sprintf("pvc-agent-made-%d", i))) {
+				t.Errorf("%s: pvc-agent-made-%d is left after its delete", share, i)
+			}
+		}
+		c.Delete(t, mounted)
+	}
+	// The squashed user may not give a directory away: refused as through
+	// the mount, and nothing is left.
+	err := createErr(c, t, "pvc-agent-owner", params("share", lab.SquashExport(), "uid", "1000", "copyAgent", "127.0.0.1:29700"))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "root_squash") {
+		t.Errorf("chown by the agent on a squashed export: %v", err)
+	}
+	if exists(filepath.Join(lab.SquashExport(), "pvc-agent-owner")) {
+		t.Error("half-made volume left behind")
+	}
+	log, err := os.ReadFile(audit)
+	must(t, err)
+	if n := strings.Count(string(log), `"op":"make"`); n != 11 {
+		t.Errorf("the agent's audit log has %d volumes made, want 11:\n%s", n, log)
+	}
+	if n := strings.Count(string(log), `"op":"remove"`); n != 10 || strings.Count(string(log), `"error"`) != 1 {
+		t.Errorf("the agent's audit log has %d volumes deleted, want 10, and one refusal:\n%s", n, log)
+	}
 }

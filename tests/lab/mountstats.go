@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -17,8 +18,24 @@ func NFSOps(dir string) map[string]int64 {
 // NFSTraffic is NFSOps with the bytes the operations sent and received
 // on the wire, all operations together.
 func NFSTraffic(dir string) (map[string]int64, int64) {
+	ops, wire, _ := nfsStats(dir)
+	return ops, wire
+}
+
+// NFSExecute returns, by operation name, the milliseconds the client spent
+// on the operations sent through the mount at dir (every NFS mount for
+// ""), from the moment each was queued until its reply was processed: the
+// kernel's "execute" figure in /proc/self/mountstats.
+func NFSExecute(dir string) map[string]int64 {
+	_, _, ms := nfsStats(dir)
+	return ms
+}
+
+// nfsStats reads /proc/self/mountstats: operations and execute time in
+// milliseconds by name, and bytes on the wire.
+func nfsStats(dir string) (map[string]int64, int64, map[string]int64) {
 	b, _ := os.ReadFile("/proc/self/mountstats")
-	out := map[string]int64{}
+	out, exec := map[string]int64{}, map[string]int64{}
 	var wire int64
 	in, ops := false, false
 	for _, line := range strings.Split(string(b), "\n") {
@@ -30,17 +47,48 @@ func NFSTraffic(dir string) (map[string]int64, int64) {
 		case in && strings.TrimSpace(line) == "per-op statistics":
 			ops = true
 		case in && ops && len(f) > 1 && strings.HasSuffix(f[0], ":"):
-			var n, sent, recv int64
+			var n, sent, recv, ms int64
 			fmt.Sscan(f[1], &n)
-			if len(f) > 5 { // ops trans timeouts bytes_sent bytes_recv ...
+			if len(f) > 5 { // ops trans timeouts bytes_sent bytes_recv queue rtt execute ...
 				fmt.Sscan(f[4], &sent)
 				fmt.Sscan(f[5], &recv)
 			}
-			out[strings.TrimSuffix(f[0], ":")] += n
+			if len(f) > 8 {
+				fmt.Sscan(f[8], &ms)
+			}
+			op := strings.TrimSuffix(f[0], ":")
+			out[op] += n
+			exec[op] += ms
 			wire += sent + recv
 		}
 	}
-	return out, wire
+	return out, wire, exec
+}
+
+// NFSCallsWith returns the NFS operations sent so far through the mounts
+// of this process's mount namespace whose options (the "opts:" line of
+// /proc/self/mountstats) include opt: "lookupcache=none" picks the
+// controller's share mounts out of the purge's and the pods'.
+func NFSCallsWith(opt string) int64 {
+	b, _ := os.ReadFile("/proc/self/mountstats")
+	var total int64
+	in, ops := false, false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case strings.HasPrefix(line, "device "):
+			in, ops = false, false
+		case len(f) > 1 && f[0] == "opts:":
+			in = slices.Contains(strings.Split(f[1], ","), opt)
+		case in && strings.TrimSpace(line) == "per-op statistics":
+			ops = true
+		case in && ops && len(f) > 1 && strings.HasSuffix(f[0], ":"):
+			var n int64
+			fmt.Sscan(f[1], &n)
+			total += n
+		}
+	}
+	return total
 }
 
 // NFSCalls returns the NFS client calls this machine made so far (all

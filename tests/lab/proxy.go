@@ -9,13 +9,14 @@ import (
 )
 
 // Proxy forwards TCP connections from a port of its own to the lab's NFS
-// server. A share mounted through it (mount option port=Proxy.Port) hangs
+// server (or to another address, NewProxyTo). A share mounted through it (mount option port=Proxy.Port) hangs
 // like a dead server while Paused, and shares mounted directly keep
 // working: one hung share among healthy ones. With a delay, it holds every
 // byte that long in each direction, as a server further away on the
 // network would (a round trip then takes twice the delay more).
 type Proxy struct {
 	Port   int
+	dial   func() (net.Conn, error)
 	delay  time.Duration
 	paused atomic.Bool
 	l      net.Listener
@@ -40,11 +41,21 @@ func StartProxy(t testing.TB) *Proxy {
 // NewProxy starts a proxy to the server's NFS port that holds every byte
 // for delay in each direction; Close stops it.
 func NewProxy(delay time.Duration) (*Proxy, error) {
+	return newProxy(func() (net.Conn, error) { return dialReserved(net.JoinHostPort(Server(), "2049")) }, delay)
+}
+
+// NewProxyTo starts a proxy to the TCP address addr (an agent's, say)
+// that holds every byte for delay in each direction; Close stops it.
+func NewProxyTo(addr string, delay time.Duration) (*Proxy, error) {
+	return newProxy(func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }, delay)
+}
+
+func newProxy(dial func() (net.Conn, error), delay time.Duration) (*Proxy, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{Port: l.Addr().(*net.TCPAddr).Port, delay: delay, l: l}
+	p := &Proxy{Port: l.Addr().(*net.TCPAddr).Port, dial: dial, delay: delay, l: l}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -63,7 +74,7 @@ func (p *Proxy) serve() {
 		if err != nil {
 			return
 		}
-		s, err := dialReserved(net.JoinHostPort(Server(), "2049"))
+		s, err := p.dial()
 		if err != nil {
 			c.Close()
 			continue
