@@ -92,7 +92,7 @@ type openedArea struct {
 	use      sync.RWMutex // read-held while in use; held to close it
 	root     *os.Root
 	area     *provision.Area
-	ino      uint64 // of the metadata directory
+	dev, ino uint64 // of the metadata directory
 	uid, gid int    // its owner
 }
 
@@ -108,32 +108,34 @@ func (oa *openedArea) close() {
 // same owner; otherwise it opens it anew (and closes the old one once
 // nothing uses it).
 func (a *Agent) openArea(share, local string) (*openedArea, error) {
-	root, err := os.OpenRoot(local)
-	if err != nil {
-		return nil, fault.Wrap(fault.Unavailable, err, "export root %s", local)
-	}
-	st, err := root.Lstat(safepath.MetaDir)
+	// What is at the export root's metadata name now, not following a
+	// symlink: the area kept open is used only while it is the same.
+	st, err := os.Lstat(path.Join(local, safepath.MetaDir))
 	if errors.Is(err, fs.ErrNotExist) {
-		root.Close()
 		return nil, fault.New(fault.Unimplemented, "share %q has no nfsdir metadata area yet: the controller makes it through its mount", share)
 	}
 	if err != nil {
-		root.Close()
 		return nil, fault.Wrap(fault.Unavailable, err, "export root %s", local)
 	}
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok || !st.IsDir() {
-		root.Close()
 		return nil, fault.New(fault.FailedPrecondition, "%s/%s is not a directory", local, safepath.MetaDir)
 	}
 	a.areaMu.Lock()
 	defer a.areaMu.Unlock()
-	if oa := a.areas[share]; oa != nil && oa.ino == sys.Ino && oa.uid == int(sys.Uid) && oa.gid == int(sys.Gid) {
-		root.Close()
+	if oa := a.areas[share]; oa != nil && oa.dev == sys.Dev && oa.ino == sys.Ino && oa.uid == int(sys.Uid) && oa.gid == int(sys.Gid) {
 		oa.use.RLock()
 		return oa, nil
 	}
-	oa := &openedArea{root: root, ino: sys.Ino, uid: int(sys.Uid), gid: int(sys.Gid)}
+	root, err := os.OpenRoot(local)
+	if err != nil {
+		return nil, fault.Wrap(fault.Unavailable, err, "export root %s", local)
+	}
+	// OpenArea checks the metadata directory it opens (a real directory,
+	// owned by the user it acts as, writable by nobody else); one put at
+	// the name since the look above has another inode, and the next call
+	// opens it again.
+	oa := &openedArea{root: root, dev: sys.Dev, ino: sys.Ino, uid: int(sys.Uid), gid: int(sys.Gid)}
 	err = asUser(oa.uid, oa.gid, func() (err error) {
 		oa.area, err = provision.OpenArea(root, false)
 		return err

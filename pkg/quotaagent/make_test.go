@@ -239,3 +239,50 @@ func TestAnUnreachableAgentLeavesVolumesToTheController(t *testing.T) {
 		t.Errorf("the volume is left: %v", err)
 	}
 }
+
+// The agent keeps a share's metadata area open between calls only while
+// it is the same directory: one put in its place (a share re-created, a
+// backup restored) is opened anew, and the records go there.
+func TestTheAgentFollowsANewMetadataArea(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	openArea := func() {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		a, err := provision.OpenArea(root, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+	}
+	make := func(name string) *provision.Record {
+		rec, err := pool.MakeVolume(ctx, endpoint, provision.RemoteMake{Share: "/e", Request: provision.Request{Name: name, SubDir: name,
+			OnDelete: params.Delete, Mode: 0o755, UID: -1, GID: -1, CopyAgent: endpoint}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	openArea()
+	first := make("pvc-first")
+	if err := os.Rename(filepath.Join(dir, ".nfsdir"), filepath.Join(dir, "old-nfsdir")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.MakeVolume(ctx, endpoint, provision.RemoteMake{Share: "/e", Request: provision.Request{Name: "x", SubDir: "x", Mode: 0o755, UID: -1, GID: -1}}); !fault.Is(err, fault.Unimplemented) {
+		t.Errorf("with no metadata area the agent answers %v, want Unimplemented", err)
+	}
+	openArea()
+	second := make("pvc-second")
+	for _, c := range []struct {
+		area string
+		rec  *provision.Record
+	}{{"old-nfsdir", first}, {".nfsdir", second}} {
+		if _, err := os.Lstat(filepath.Join(dir, c.area, "volumes", c.rec.Key())); err != nil {
+			t.Errorf("record of %s not in %s: %v", c.rec.Name, c.area, err)
+		}
+	}
+}
