@@ -61,6 +61,27 @@ func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) 
 	return pool, l.Addr().String()
 }
 
+// controllerArea opens nfsdir's metadata area in dir (making it) as a
+// controller does through its mount, with the agents of pool serving the
+// share as "/e" (nil: no agents); it is closed when the test ends.
+func controllerArea(t *testing.T, dir string, pool *quotaagent.Pool) *provision.Area {
+	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	a, err := provision.OpenArea(root, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if pool != nil {
+		a.UseRemote(pool, "/e")
+	}
+	return a
+}
+
 // An agent serving a directory for copies only (no project quotas there)
 // makes a snapshot and its restore over gRPC with mutual TLS, as the
 // controller asks through its Pool; the copies are in its audit trail;
@@ -72,17 +93,7 @@ func TestCopiesOverGRPC(t *testing.T) {
 	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
 		FirstProject: 1, LastProject: 9, Audit: &audit})
 
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	a, err := provision.OpenArea(root, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.UseRemote(pool, "/e")
+	a := controllerArea(t, dir, pool)
 	req := func(name string) provision.Request {
 		return provision.Request{Name: name, SubDir: name, OnDelete: params.Delete, Mode: 0o755, UID: -1, GID: -1,
 			CapacityBytes: 1 << 20, CopyAgent: endpoint}

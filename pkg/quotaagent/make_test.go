@@ -40,17 +40,7 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	var audit lockedBuffer
 	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
 		FirstProject: 1, LastProject: 9, Audit: &audit})
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	a, err := provision.OpenArea(root, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.UseRemote(pool, "/e")
+	a := controllerArea(t, dir, pool)
 	req := provision.Request{Name: "pvc-a", SubDir: "team/pvc-a", OnDelete: params.Delete, Mode: 0o2770, UID: -1, GID: 1234,
 		CapacityBytes: 1 << 20, CopyAgent: endpoint}
 	rec, err := a.Create(ctx, req)
@@ -161,16 +151,7 @@ func TestTheAgentActsAsTheSharesOwner(t *testing.T) {
 	os.Chmod(dir, 0o777)
 	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
 		FirstProject: 1, LastProject: 9})
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	a, err := provision.OpenArea(root, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
+	controllerArea(t, dir, nil).Close()
 	const nobody = 65534
 	filepath.WalkDir(filepath.Join(dir, ".nfsdir"), func(p string, _ fs.DirEntry, err error) error {
 		if err == nil {
@@ -217,17 +198,7 @@ func TestAnUnreachableAgentLeavesVolumesToTheController(t *testing.T) {
 	}
 	down := l.Addr().String()
 	l.Close() // nobody listens there
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	a, err := provision.OpenArea(root, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.UseRemote(pool, "/e")
+	a := controllerArea(t, dir, pool)
 	rec, err := a.Create(ctx, provision.Request{Name: "pvc-c", SubDir: "pvc-c", OnDelete: params.Delete, Mode: 0o755, UID: -1, GID: -1, CopyAgent: down})
 	if err != nil || rec.Handle == "" || rec.ServerHandle != "" {
 		t.Fatalf("Create with the agent down: %+v, %v", rec, err)
@@ -247,18 +218,7 @@ func TestTheAgentFollowsANewMetadataArea(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
-	openArea := func() {
-		root, err := os.OpenRoot(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer root.Close()
-		a, err := provision.OpenArea(root, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Close()
-	}
+	openArea := func() { controllerArea(t, dir, nil).Close() }
 	make := func(name string) *provision.Record {
 		rec, err := pool.MakeVolume(ctx, endpoint, provision.RemoteMake{Share: "/e", Request: provision.Request{Name: name, SubDir: name,
 			OnDelete: params.Delete, Mode: 0o755, UID: -1, GID: -1, CopyAgent: endpoint}})
