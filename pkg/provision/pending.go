@@ -118,16 +118,9 @@ func (a *Area) HandOut(id volumeid.ID, rec *Record) error {
 // server's clock), and drops markers left behind; it returns the IDs
 // discarded. The caller kicks the purge.
 func (a *Area) SweepAbandoned(ctx context.Context, after time.Duration) ([]volumeid.ID, error) {
-	dir, err := a.pendingDir(false)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	dir, names, err := metaNames(a.pendingDir, path.Join(safepath.MetaDir, pendingName))
 	if err != nil {
 		return nil, err
-	}
-	names, err := listNames(dir)
-	if err != nil {
-		return nil, onShare(err, "list %s", path.Join(safepath.MetaDir, pendingName))
 	}
 	if len(names) == 0 || len(names) == 1 && names[0] == clockName {
 		return nil, nil
@@ -140,8 +133,8 @@ func (a *Area) SweepAbandoned(ctx context.Context, after time.Duration) ([]volum
 	var errs []error
 	for _, name := range names {
 		key, token, ok := strings.Cut(name, ".")
-		if !ok || name == clockName {
-			continue
+		if !ok || !volumeid.ValidKey(key, token) {
+			continue // the clock, or nothing nfsdir wrote
 		}
 		st, err := FreshLstat(dir, name) // another controller may have touched it
 		if err != nil || now.Sub(st.ModTime()) < after {

@@ -322,7 +322,7 @@ func (v *View) openCopyDir(d CopyDir, dst bool) (*os.File, copyEnd, error) {
 		if err != nil {
 			return nil, end, err
 		}
-		if dst && !rec.Filling {
+		if dst && (!rec.Filling || rec.Copied) {
 			file.Close()
 			return nil, end, fault.New(fault.FailedPrecondition, "volume %q is not being filled: nothing is copied into it", rec.Name)
 		}

@@ -199,16 +199,9 @@ func (a *Area) SnapshotReady(s *Snapshot) (bool, error) {
 // SnapshotKeys returns the keys of every snapshot record of the share,
 // sorted; none when the share never had a snapshot.
 func (a *Area) SnapshotKeys() ([]string, error) {
-	dir, err := a.snapshotDir(false)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	_, names, err := metaNames(a.snapshotDir, snapshotsDir)
 	if err != nil {
 		return nil, err
-	}
-	names, err := listNames(dir)
-	if err != nil {
-		return nil, onShare(err, "list %s", snapshotsDir)
 	}
 	var keys []string
 	for _, n := range names {

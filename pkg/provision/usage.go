@@ -136,6 +136,24 @@ func (a *Area) SettleRemovals(names []string, grace time.Duration) int {
 	return settled
 }
 
+// metaNames opens (without making it) the metadata directory open gives,
+// named what in errors, and lists it; nil and no names when the share
+// never had one.
+func metaNames(open func(create bool) (*os.Root, error), what string) (*os.Root, []string, error) {
+	dir, err := open(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	names, err := listNames(dir)
+	if err != nil {
+		return nil, nil, onShare(err, "list %s", what)
+	}
+	return dir, names, nil
+}
+
 func listNames(r *os.Root) ([]string, error) {
 	d, err := r.Open(".")
 	if err != nil {

@@ -49,6 +49,18 @@ func (p *Pool) client(endpoint string) (*Client, error) {
 	return c, nil
 }
 
+// call runs fn with the client of the agent at endpoint, bounded by
+// CallTimeout.
+func (p *Pool) call(ctx context.Context, endpoint string, fn func(context.Context, *Client) error) error {
+	c, err := p.client(endpoint)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	return fn(ctx, c)
+}
+
 // wrap names the agent in its error and keeps the error's kind; an agent
 // that cannot be reached is Unavailable.
 func wrap(endpoint, what string, err error) error {
@@ -59,39 +71,29 @@ func wrap(endpoint, what string, err error) error {
 }
 
 // Set sets the limits of volume v through the agent at endpoint.
-func (p *Pool) Set(ctx context.Context, endpoint string, v Volume, bytes, inodes uint64) (*Usage, error) {
-	c, err := p.client(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	u, err := c.Set(ctx, &SetRequest{Volume: v, Bytes: bytes, Inodes: inodes})
-	return u, wrap(endpoint, "set the quota of "+v.SubDir, err)
+func (p *Pool) Set(ctx context.Context, endpoint string, v Volume, bytes, inodes uint64) (u *Usage, err error) {
+	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+		u, err = c.Set(ctx, &SetRequest{Volume: v, Bytes: bytes, Inodes: inodes})
+		return wrap(endpoint, "set the quota of "+v.SubDir, err)
+	})
+	return u, err
 }
 
 // Clear clears the limits of volume v through the agent at endpoint.
 func (p *Pool) Clear(ctx context.Context, endpoint string, v Volume) error {
-	c, err := p.client(endpoint)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	return wrap(endpoint, "clear the quota of "+v.SubDir, c.Clear(ctx, &v))
+	return p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+		return wrap(endpoint, "clear the quota of "+v.SubDir, c.Clear(ctx, &v))
+	})
 }
 
 // Get returns what volume v's project uses, and its limits, through the
 // agent at endpoint.
-func (p *Pool) Get(ctx context.Context, endpoint string, v Volume) (*Usage, error) {
-	c, err := p.client(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	u, err := c.Get(ctx, &v)
-	return u, wrap(endpoint, "read the usage of "+v.SubDir, err)
+func (p *Pool) Get(ctx context.Context, endpoint string, v Volume) (u *Usage, err error) {
+	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+		u, err = c.Get(ctx, &v)
+		return wrap(endpoint, "read the usage of "+v.SubDir, err)
+	})
+	return u, err
 }
 
 // CopyTree has the agent at endpoint copy a tree on the server: the call
@@ -112,43 +114,34 @@ func (p *Pool) CopyTree(ctx context.Context, endpoint string, req provision.Remo
 // CopyProgress tells how far the agent at endpoint has come with the copy
 // req.
 func (p *Pool) CopyProgress(ctx context.Context, endpoint string, req provision.RemoteCopy) (entries, bytes int64, err error) {
-	c, err := p.client(endpoint)
-	if err != nil {
-		return 0, 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	got, err := c.CopyProgress(ctx, &req)
-	if err != nil {
-		return 0, 0, wrap(endpoint, "progress of a copy into "+req.Dst.String(), err)
-	}
-	return got.Entries, got.Bytes, nil
+	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+		got, err := c.CopyProgress(ctx, &req)
+		if err != nil {
+			return wrap(endpoint, "progress of a copy into "+req.Dst.String(), err)
+		}
+		entries, bytes = got.Entries, got.Bytes
+		return nil
+	})
+	return entries, bytes, err
 }
 
 // MakeVolume has the agent at endpoint make a volume on the server.
-func (p *Pool) MakeVolume(ctx context.Context, endpoint string, m provision.RemoteMake) (*provision.Record, error) {
-	c, err := p.client(endpoint)
+func (p *Pool) MakeVolume(ctx context.Context, endpoint string, m provision.RemoteMake) (rec *provision.Record, err error) {
+	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+		rec, err = c.MakeVolume(ctx, &m)
+		return wrap(endpoint, fmt.Sprintf("make volume %q in %q", m.Request.Name, m.Request.SubDir), err)
+	})
 	if err != nil {
 		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	rec, err := c.MakeVolume(ctx, &m)
-	if err != nil {
-		return nil, wrap(endpoint, fmt.Sprintf("make volume %q in %q", m.Request.Name, m.Request.SubDir), err)
 	}
 	return rec, nil
 }
 
 // RemoveVolume has the agent at endpoint delete a volume on the server.
 func (p *Pool) RemoveVolume(ctx context.Context, endpoint string, r provision.RemoteRemove) error {
-	c, err := p.client(endpoint)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	return wrap(endpoint, "delete volume "+r.Key+"."+r.Token, c.RemoveVolume(ctx, &r))
+	return p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+		return wrap(endpoint, "delete volume "+r.Key+"."+r.Token, c.RemoveVolume(ctx, &r))
+	})
 }
 
 // Close closes every connection.

@@ -191,7 +191,7 @@ func parse(s string, snapshot bool) (ID, error) {
 		return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
 	}
 	key, token, ok := strings.Cut(f[3], ".")
-	if !ok || !isBase32(key, keyLen) || !isBase32(token, tokenLen) {
+	if !ok || !ValidKey(key, token) {
 		return ID{}, fmt.Errorf("volume ID %q: malformed key", s)
 	}
 	id := ID{Export: e, Key: key, Token: token, Snapshot: snapshot}
