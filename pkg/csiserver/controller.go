@@ -269,11 +269,14 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 			if err := s.clearQuota(ctx, id.Export, rec); err != nil {
 				return err
 			}
-			if err := a.DeleteFound(ctx, id, rec); err != nil {
+			purge, err := a.DeleteFound(ctx, id, rec)
+			if err != nil {
 				return err
 			}
 			s.shares.ForgetFill(id)
-			s.shares.Purge(share)
+			if purge {
+				s.shares.Purge(share)
+			}
 			return nil
 		})
 	})
@@ -297,11 +300,14 @@ func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Le
 			return err
 		}
 		adopted = true
-		if err := a.Delete(ctx, volumeid.ID{Export: l.Export, Key: rec.Key(), Token: rec.Token}); err != nil {
+		purge, err := a.Delete(ctx, volumeid.ID{Export: l.Export, Key: rec.Key(), Token: rec.Token})
+		if err != nil {
 			return err
 		}
 		klog.Infof("DeleteVolume %q: adopted directory %q, onDelete=%s applied", raw, rec.SubDir, rec.OnDelete)
-		s.shares.Purge(share)
+		if purge {
+			s.shares.Purge(share)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, provision.ErrNoArea) {

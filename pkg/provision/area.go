@@ -28,7 +28,13 @@ type Area struct {
 	parents *os.Root // .nfsdir/parents
 	trash   *os.Root // .nfsdir/trash
 	nodes   *os.Root // .nfsdir/nodes: the node plugins' claims (pkg/publock)
-	owner   uint32   // the uid the server gives files nfsdir creates
+	// rootFile and trashFile are root and trash held open as files, for the
+	// *at calls os.Root has no method for (rename between directories,
+	// rmdir, file handles): opening "." for each costs six system calls,
+	// and on an NFS mount's root a GETATTR (see atDir).
+	rootFile, trashFile *os.File
+	volumesFile         *os.File // volumes held open, for records (recordDir)
+	owner               uint32   // the uid the server gives files nfsdir creates
 
 	umu       sync.Mutex
 	usage     *os.Root // .nfsdir/usage, once opened (usageDir)
@@ -114,7 +120,58 @@ func OpenArea(root *os.Root, create bool) (_ *Area, err error) {
 			return nil, err
 		}
 	}
+	if a.rootFile, err = root.Open("."); err != nil {
+		return nil, onShare(err, "open the share root")
+	}
+	if a.trashFile, err = a.trash.Open("."); err != nil {
+		return nil, onShare(err, "open %s", trashDir)
+	}
+	if a.volumesFile, err = a.volumes.Open("."); err != nil {
+		return nil, onShare(err, "open %s/volumes", safepath.MetaDir)
+	}
 	return a, nil
+}
+
+// records is the records directory, with its descriptor held open.
+func (a *Area) records() recordDir { return recordDir{a.volumes, a.volumesFile} }
+
+// atDir runs fn with a descriptor of r's directory: the one held open
+// for the share root and the trash, or one opened for the call. A held
+// descriptor is referenced while fn runs (SyscallConn), so closing the
+// Area meanwhile never lets fn act on a descriptor number reused for
+// another file.
+func (a *Area) atDir(r *os.Root, fn func(fd int) error) error {
+	var held *os.File
+	switch r {
+	case a.root:
+		held = a.rootFile
+	case a.trash:
+		held = a.trashFile
+	}
+	if held == nil {
+		d, err := r.Open(".")
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return fn(int(d.Fd()))
+	}
+	return withHeld(held, fn)
+}
+
+// withHeld runs fn with the descriptor of f, a directory held open,
+// referenced while fn runs (SyscallConn): closing f meanwhile never lets
+// fn act on a descriptor number reused for another file.
+func withHeld(f *os.File, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return fmt.Errorf("%w: %v", os.ErrClosed, err)
+	}
+	return ferr
 }
 
 // mkdirMeta creates the metadata directory name below parent unless
@@ -218,6 +275,11 @@ func (a *Area) Close() error {
 	for _, r := range []*os.Root{a.usage, a.snapshots, a.pending, a.volumes, a.parents, a.trash, a.nodes, a.meta} {
 		if r != nil {
 			errs = append(errs, r.Close())
+		}
+	}
+	for _, f := range []*os.File{a.rootFile, a.trashFile, a.volumesFile} {
+		if f != nil {
+			errs = append(errs, f.Close())
 		}
 	}
 	return errors.Join(errs...)

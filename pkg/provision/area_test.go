@@ -2,6 +2,9 @@ package provision
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,10 +74,11 @@ func TestTrashIsReachedThroughItsHandle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	os.WriteFile(filepath.Join(dir, "ns/pvc-1/data"), []byte("x"), 0o644) // not empty: left to the purge
 	os.MkdirAll(filepath.Join(dir, "victim"), 0o755)
 	os.Rename(filepath.Join(dir, ".nfsdir/trash"), filepath.Join(dir, ".nfsdir/trash-real"))
 	os.Symlink("../victim", filepath.Join(dir, ".nfsdir/trash"))
-	if err := a.Delete(context.Background(), idOf(rec)); err != nil {
+	if _, err := a.Delete(context.Background(), idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "victim")); len(ents) != 0 {
@@ -129,5 +133,31 @@ func TestAreaWithoutRecordsDirectory(t *testing.T) {
 				t.Fatalf("create did not complete the area: %v", err)
 			}
 		})
+	}
+}
+
+// TestRecordsReadInOneCall: a record read through the records directory
+// held open is what os.Root reads, whatever its length (up to the
+// longest a symlink holds, 4,095 bytes); a missing one is fs.ErrNotExist; once the Area is
+// closed, os.ErrClosed (the Area is opened again), never another file.
+func TestRecordsReadInOneCall(t *testing.T) {
+	dir, a := newShare(t)
+	d := a.records()
+	for _, n := range []int{1, 127, 128, 300, 4095} {
+		target := strings.Repeat("x", n)
+		name := fmt.Sprint("link-", n)
+		if err := os.Symlink(target, filepath.Join(dir, ".nfsdir/volumes", name)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := d.Readlink(name); err != nil || got != target {
+			t.Errorf("%d bytes: read %d bytes, %v", n, len(got), err)
+		}
+	}
+	if _, err := d.Readlink("missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing record: %v", err)
+	}
+	a.Close()
+	if _, err := d.Readlink("link-1"); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("after Close: %v", err)
 	}
 }

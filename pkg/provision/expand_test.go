@@ -44,7 +44,7 @@ func TestExpandRecordsCapacity(t *testing.T) {
 			t.Errorf("left in %s: %s", volumesDir, e.Name())
 		}
 	}
-	if err := a.Delete(ctx, id); err != nil {
+	if _, err := a.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Expand(id, 4<<20); !fault.Is(err, fault.NotFound) {
@@ -62,7 +62,7 @@ func TestExpandNeverTouchesALaterVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Delete(ctx, idOf(old)); err != nil {
+	if _, err := a.Delete(ctx, idOf(old)); err != nil {
 		t.Fatal(err)
 	}
 	later, err := a.Create(ctx, req("pvc-y", "pvc-y", params.Delete))
@@ -73,7 +73,7 @@ func TestExpandNeverTouchesALaterVolume(t *testing.T) {
 		t.Fatalf("expand with the old ID: %v", err)
 	}
 	// The same through the update itself, as if Lookup had raced.
-	if r, err := updateRecordIf(a.volumes, old.Key(), old.Token, func(r *Record) error { r.CapacityBytes = 8 << 20; return nil }); r != nil || err != nil {
+	if r, err := updateRecordIf(a.records(), old.Key(), old.Token, func(r *Record) error { r.CapacityBytes = 8 << 20; return nil }); r != nil || err != nil {
 		t.Fatalf("update with the old token: %+v %v", r, err)
 	}
 	now, err := a.Lookup(idOf(later))
@@ -104,7 +104,7 @@ func TestInterruptedExpandIsSettled(t *testing.T) {
 				t.Fatalf("expand after an interrupted one: %+v %v", got, err)
 			}
 		case "delete":
-			if err := a.Delete(ctx, idOf(rec)); err != nil {
+			if _, err := a.Delete(ctx, idOf(rec)); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := os.Lstat(filepath.Join(dir, rec.SubDir)); err == nil {

@@ -41,7 +41,7 @@ func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copi
 	if ready, err := a.SnapshotReady(s); err != nil || ready {
 		return res, err
 	}
-	vol, err := readRecord(a.volumes, s.SourceKey)
+	vol, err := readRecord(a.records(), s.SourceKey)
 	if err != nil {
 		return res, err
 	}
@@ -205,7 +205,7 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	}
 	// Marked usable only if the record still seals the directory this
 	// attempt filled.
-	done, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+	done, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.FileID != st.Ino {
 			return fault.New(fault.Aborted, "volume %q: another attempt made its directory anew while this one filled it; that attempt's copy is what counts", r.Name)
 		}
@@ -317,7 +317,7 @@ func (a *Area) emptyVolumeDir(id volumeid.ID, rec *Record) (int, error) {
 	// Gone, or moved away: unseal the record, then make and seal the
 	// directory as Create does.
 	sealed := rec.FileID
-	next, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+	next, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.FileID != sealed {
 			return fault.New(fault.Aborted, "volume %q: another attempt is making its directory anew; retry", r.Name)
 		}

@@ -160,7 +160,7 @@ func TestSnapshotAttemptsNeverLeaveAPartialCopy(t *testing.T) {
 	}
 	// Deleting the source keeps the snapshot; deleting the snapshot moves
 	// its copy into the trash and removes its record.
-	if err := a.Delete(context.Background(), idOf(src)); err != nil {
+	if _, err := a.Delete(context.Background(), idOf(src)); err != nil {
 		t.Fatal(err)
 	}
 	if ready, _ := a.SnapshotReady(snap); !ready {

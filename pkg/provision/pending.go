@@ -87,7 +87,7 @@ func (a *Area) HandOut(id volumeid.ID, rec *Record) error {
 	if !rec.Pending {
 		return nil
 	}
-	done, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+	done, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.Abandoned {
 			return fault.New(fault.Aborted, "volume %q was never handed out and nobody asked for it for too long: it is being discarded; retry to make it anew", r.Name)
 		}
@@ -165,7 +165,7 @@ func (a *Area) abandon(ctx context.Context, id volumeid.ID, idle time.Duration) 
 	if err != nil || rec == nil || !rec.Pending || !rec.Filling {
 		return false, err
 	}
-	done, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+	done, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
 		if !r.Pending || !r.Filling {
 			return errHandedOut
 		}

@@ -123,7 +123,7 @@ func TestAbandonedIsDiscarded(t *testing.T) {
 // A volume being discarded is never handed out.
 func TestHandOutOfAnAbandonedIsAborted(t *testing.T) {
 	_, a, rec := filledClone(t)
-	if _, err := updateRecordIf(a.volumes, rec.Key(), rec.Token, func(r *Record) error { r.Abandoned = true; return nil }); err != nil {
+	if _, err := updateRecordIf(a.records(), rec.Key(), rec.Token, func(r *Record) error { r.Abandoned = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.HandOut(idOf(rec), rec); !fault.Is(err, fault.Aborted) {
@@ -138,7 +138,7 @@ func TestHandOutOfAnAbandonedIsAborted(t *testing.T) {
 // volume out) is never discarded, whatever its marker says.
 func TestOlderRecordsAreNeverAbandoned(t *testing.T) {
 	dir, a, rec := filledClone(t)
-	if _, err := updateRecordIf(a.volumes, rec.Key(), rec.Token, func(r *Record) error { r.Pending = false; return nil }); err != nil {
+	if _, err := updateRecordIf(a.records(), rec.Key(), rec.Token, func(r *Record) error { r.Pending = false; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	age(t, dir, rec, 48*time.Hour)

@@ -116,25 +116,25 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		// Checked before the record: a volume whose source is missing
 		// leaves nothing behind. A replay finds its record and is not
 		// checked again (the source may be gone by then).
-		if old, err := readRecord(a.volumes, key); err != nil || old == nil || old.Name != req.Name {
+		if old, err := readRecord(a.records(), key); err != nil || old == nil || old.Name != req.Name {
 			if err := a.checkSource(req); err != nil {
 				return nil, err
 			}
 		}
 	}
-	err := writeRecordExclusive(a.volumes, key, rec)
+	err := writeRecordExclusive(a.records(), key, rec)
 	if errors.Is(err, fs.ErrExist) {
-		if old, rerr := readRecord(a.volumes, key); rerr == nil && old != nil && old.Name != req.Name && a.abandoned(old) {
+		if old, rerr := readRecord(a.records(), key); rerr == nil && old != nil && old.Name != req.Name && a.abandoned(old) {
 			klog.Warningf("volume %q: reclaiming subDir %q from volume %q, whose creation was abandoned at %s before its directory was made", req.Name, req.SubDir, old.Name, old.Created.Format(time.RFC3339))
 			a.dropRecord(key, old)
-			err = writeRecordExclusive(a.volumes, key, rec)
+			err = writeRecordExclusive(a.records(), key, rec)
 		}
 	}
 	fresh := err == nil
 	if errors.Is(err, fs.ErrExist) {
 		// A retry, a crash between the record and the directory, or another
 		// volume that owns the directory.
-		old, err := readRecord(a.volumes, key)
+		old, err := readRecord(a.records(), key)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +178,7 @@ func (a *Area) abandoned(rec *Record) bool {
 	if rec.Shared || rec.SharedDir || rec.Adopted || rec.FileID != 0 || time.Since(rec.Created) < AbandonedAfter {
 		return false
 	}
-	_, err := FreshLstat(a.root, rec.SubDir)
+	_, err := a.freshLstat(rec.SubDir)
 	return errors.Is(err, fs.ErrNotExist)
 }
 
@@ -187,13 +187,13 @@ func (a *Area) abandoned(rec *Record) bool {
 // directory never becomes one volume's.
 func (a *Area) checkKind(req Request) error {
 	if req.Shared {
-		other, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir))
+		other, err := readRecord(a.records(), volumeid.KeyForDir(req.SubDir))
 		if err != nil || other == nil {
 			return err
 		}
 		return fault.New(fault.AlreadyExists, "subDir %q belongs to volume %q, which does not share it", req.SubDir, other.Name)
 	}
-	dir, err := readRecord(a.volumes, volumeid.KeyForSharedDir(req.SubDir))
+	dir, err := readRecord(a.records(), volumeid.KeyForSharedDir(req.SubDir))
 	if err != nil || dir == nil {
 		return err
 	}
@@ -207,10 +207,10 @@ func (a *Area) joinShared(rec *Record) error {
 	dir := &Record{Version: RecordVersion, SharedDir: true, Token: volumeid.NewToken(), SubDir: rec.SubDir,
 		OnDelete: params.Retain, Mode: rec.Mode, UID: rec.UID, GID: rec.GID, Created: rec.Created}
 	key := dir.Key()
-	err := writeRecordExclusive(a.volumes, key, dir)
+	err := writeRecordExclusive(a.records(), key, dir)
 	fresh := err == nil
 	if errors.Is(err, fs.ErrExist) {
-		old, err := readRecord(a.volumes, key)
+		old, err := readRecord(a.records(), key)
 		if err != nil {
 			return err
 		}
@@ -259,12 +259,10 @@ func (a *Area) recheckNesting(rec *Record) error {
 // have put at the path meanwhile (a file, a link, a directory with data)
 // stays.
 func (a *Area) removeNewDir(rel string) {
-	parent, err := a.openParent(rel)
-	if err != nil {
-		return
-	}
-	defer parent.Close()
-	if err := unix.Unlinkat(int(parent.Fd()), path.Base(rel), unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+	err := a.atParent(rel, func(parent int) error {
+		return unix.Unlinkat(parent, path.Base(rel), unix.AT_REMOVEDIR)
+	})
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		klog.Warningf("leaving %q: %v", rel, err)
 	}
 }
@@ -291,7 +289,7 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 		return err
 	}
 	if rec.FileID != 0 {
-		st, err := FreshLstat(a.root, rec.SubDir)
+		st, err := a.freshLstat(rec.SubDir)
 		if err == nil {
 			if err := a.checkSealed(rec, st); err != nil {
 				return err
@@ -310,7 +308,7 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 		// A crash between mkdir and seal, a concurrent creator of the same
 		// shared directory, or someone else's directory.
 		if why := a.unfinished(rec.SubDir); why != "" {
-			if now, rerr := readRecord(a.volumes, key); rerr == nil && now != nil && now.Token == rec.Token && now.FileID != 0 {
+			if now, rerr := readRecord(a.records(), key); rerr == nil && now != nil && now.Token == rec.Token && now.FileID != 0 {
 				*rec = *now // sealed meanwhile by a concurrent creator
 				return a.makeDir(key, rec, false)
 			}
@@ -400,7 +398,7 @@ func (a *Area) checkSealedAt(rec *Record, st fs.FileInfo, r *os.Root, rel string
 		return replaced(fmt.Sprintf("fileid %d, recorded %d", sys.Ino, rec.FileID))
 	}
 	if want := a.sealedHandle(rec); want != "" {
-		if h := handleDigest(r, rel); h != "" && h != want {
+		if h := a.handleDigest(r, rel); h != "" && h != want {
 			return replaced(fmt.Sprintf("same fileid %d, but its file handle (server file system and generation) differs from the recorded one", rec.FileID))
 		}
 	}
@@ -420,13 +418,22 @@ func (a *Area) sealedHandle(rec *Record) string {
 // handleDigest returns a digest of the file handle of p below root (for
 // NFS, the server's file handle: file system id, inode and generation), or
 // "" when the file system gives none.
-func handleDigest(root *os.Root, p string) string {
-	d, err := root.Open(path.Dir(p))
-	if err != nil {
-		return ""
+func (a *Area) handleDigest(root *os.Root, p string) string {
+	var h unix.FileHandle
+	at := func(fd int) (err error) {
+		h, _, err = unix.NameToHandleAt(fd, path.Base(p), 0) // never follows a final symlink without AT_SYMLINK_FOLLOW
+		return err
 	}
-	defer d.Close()
-	h, _, err := unix.NameToHandleAt(int(d.Fd()), path.Base(p), 0) // never follows a final symlink without AT_SYMLINK_FOLLOW
+	var err error
+	if d := path.Dir(p); d == "." {
+		err = a.atDir(root, at)
+	} else {
+		var dir *os.File
+		if dir, err = root.Open(d); err == nil {
+			err = at(int(dir.Fd()))
+			dir.Close()
+		}
+	}
 	if err != nil {
 		return ""
 	}
@@ -450,7 +457,7 @@ func digestOf(h unix.FileHandle) string {
 // dropRecord removes the record under key if it is still rec (same token):
 // a record written later by someone else is left alone.
 func (a *Area) dropRecord(key string, rec *Record) {
-	if err := removeRecordIf(a.volumes, key, rec.Token); err != nil {
+	if err := removeRecordIf(a.records(), key, rec.Token); err != nil {
 		klog.Warningf("%s: %v", rec.describe(), err)
 	}
 }
@@ -483,7 +490,7 @@ func (a *Area) seal(key string, rec *Record) error {
 	} else {
 		sealed.Handle = fdHandleDigest(d)
 	}
-	if err := rewriteRecord(a.volumes, key, &sealed); err != nil {
+	if err := rewriteRecord(a.records(), key, &sealed); err != nil {
 		return err
 	}
 	*rec = sealed
@@ -502,12 +509,11 @@ func (a *Area) seal(key string, rec *Record) error {
 // openDir opens the directory rel of the share without following any
 // symlink, on the way or at its end.
 func (a *Area) openDir(rel string) (*os.File, error) {
-	parent, err := a.openParent(rel)
-	if err != nil {
-		return nil, err
-	}
-	defer parent.Close()
-	fd, err := unix.Openat(int(parent.Fd()), path.Base(rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	var fd int
+	err := a.atParent(rel, func(parent int) (err error) {
+		fd, err = unix.Openat(parent, path.Base(rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, fs.ErrNotExist
@@ -528,6 +534,15 @@ func FreshLstat(root *os.Root, p string) (fs.FileInfo, error) {
 		d.Close()
 	}
 	return root.Lstat(p)
+}
+
+// freshLstat is FreshLstat of p on the share; on the server's own file
+// system (OnServer), which no client cache stands between, a plain Lstat.
+func (a *Area) freshLstat(p string) (fs.FileInfo, error) {
+	if a.onServer {
+		return a.root.Lstat(p)
+	}
+	return FreshLstat(a.root, p)
 }
 
 // fileID returns the inode number (NFS fileid) of dir, which must be a real
@@ -565,7 +580,7 @@ func (a *Area) checkNoShareAbove(subDir string) error {
 func (a *Area) checkNotNested(subDir string) error {
 	for _, p := range safepath.Parents(subDir) {
 		for _, key := range []string{volumeid.KeyForDir(p), volumeid.KeyForSharedDir(p)} {
-			rec, err := readRecord(a.volumes, key)
+			rec, err := readRecord(a.records(), key)
 			if err != nil {
 				return err
 			}
@@ -594,7 +609,7 @@ func (a *Area) checkNoVolumeAround(subDir string) error {
 			if strings.Contains(k, ".") {
 				continue // a record being sealed, updated or removed, under a temporary name
 			}
-			rec, rerr := readRecord(a.volumes, k)
+			rec, rerr := readRecord(a.records(), k)
 			if rerr != nil {
 				return rerr
 			}
@@ -729,7 +744,7 @@ func parentMarker(p string) string {
 // exist (never created, or deleted). A record with another token belongs to
 // a later volume of the same name and counts as not found.
 func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
-	rec, err := readRecord(a.volumes, id.Key)
+	rec, err := readRecord(a.records(), id.Key)
 	if err != nil || rec == nil || rec.Token != id.Token || rec.SharedDir {
 		return nil, err
 	}
@@ -738,12 +753,17 @@ func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 
 // Delete applies the record's onDelete policy to the volume of id and then
 // removes the record. A volume that does not exist is not an error. With
-// "delete", the directory is renamed into the trash at once and purged later
-// by a Purger.
-func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
+// "delete", the directory is renamed into the trash at once and, unless it
+// was empty and removed there at once, purged later by a Purger: purge
+// reports whether the trash holds something for the Purger now.
+func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err error) {
+	if a.maker == nil {
+		// No agent to ask: the record is read where it is acted on.
+		return a.DeleteFound(ctx, id, nil)
+	}
 	rec, err := a.Lookup(id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	return a.DeleteFound(ctx, id, rec)
 }
@@ -753,15 +773,15 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) error {
 // by the agent, on the server (RemoteMaker); any other, or one the agent
 // does not delete, through the share mount. Either way the record is
 // read again before anything is changed.
-func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) error {
-	done, err := a.removeRemote(ctx, id, rec)
+func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (purge bool, err error) {
+	done, purge, err := a.removeRemote(ctx, id, rec)
 	if !done {
-		err = a.deleteAs(id, "")
+		purge, err = a.deleteAs(id, "")
 	}
 	if err == nil {
 		a.forgetMade(id)
 	}
-	return err
+	return purge, err
 }
 
 // DiscardFill removes a volume whose fill from a snapshot or volume never
@@ -769,50 +789,50 @@ func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) err
 // half-filled directory left in place would pass for data. A complete
 // volume is FailedPrecondition: it is never discarded.
 func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
-	return a.deleteAs(id, params.Delete)
+	_, err := a.deleteAs(id, params.Delete)
+	return err
 }
 
 // deleteAs is Delete; with policy set, only an unfinished fill is deleted,
 // with that policy.
-func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) error {
-	root := a.root
+func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) (purge bool, err error) {
 	// An update of the record (an expansion) may hold it aside: put it
 	// back, so that the record is found, and removed, here.
-	if err := settleUpdate(a.volumes, id.Key, id.Key+updateSuffix+id.Token); err != nil {
-		return err
+	if err := settleUpdate(a.records(), id.Key, id.Key+updateSuffix+id.Token); err != nil {
+		return false, err
 	}
 	rec, err := a.Lookup(id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if rec == nil {
 		// Gone; an attempt interrupted while removing the record may have
-		// left it aside.
-		return settleAside(a.volumes, id.Key, id.Key+asideSuffix+id.Token, id.Token)
+		// left it aside, or the volume in the trash.
+		return true, settleAside(a.records(), id.Key, id.Key+asideSuffix+id.Token, id.Token)
 	}
 	if policy != "" {
 		if !rec.Filling {
-			return fault.New(fault.FailedPrecondition, "volume %q is complete; only an unfinished fill is discarded", rec.Name)
+			return false, fault.New(fault.FailedPrecondition, "volume %q is complete; only an unfinished fill is discarded", rec.Name)
 		}
 		rec.OnDelete = policy
 	}
-	st, err := FreshLstat(root, rec.SubDir)
+	st, err := a.freshLstat(rec.SubDir)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("check %q: %w", rec.SubDir, err)
+		return false, fmt.Errorf("check %q: %w", rec.SubDir, err)
 	}
 	if exists && rec.OnDelete != params.Retain {
-		if _, err := root.Lstat(path.Join(rec.SubDir, safepath.MetaDir)); err == nil {
-			return fault.New(fault.FailedPrecondition, "volume %q: its directory %q is the root of another nfsdir share (it holds %s): a StorageClass uses it as its share, and nfsdir will not %s it; point that StorageClass elsewhere or move its data out first", rec.Name, rec.SubDir, safepath.MetaDir, rec.OnDelete)
+		if _, err := a.root.Lstat(path.Join(rec.SubDir, safepath.MetaDir)); err == nil {
+			return false, fault.New(fault.FailedPrecondition, "volume %q: its directory %q is the root of another nfsdir share (it holds %s): a StorageClass uses it as its share, and nfsdir will not %s it; point that StorageClass elsewhere or move its data out first", rec.Name, rec.SubDir, safepath.MetaDir, rec.OnDelete)
 		}
 		if rec.FileID != 0 {
 			if err := a.checkSealed(rec, st); err != nil {
-				return err
+				return false, err
 			}
 		} else if why := a.unfinished(rec.SubDir); why != "" {
 			// Made by an older nfsdir that sealed after chmod, or not
 			// nfsdir's at all: nothing proves which.
-			return fault.New(fault.FailedPrecondition, "directory %q was never sealed into the record of volume %q, and nfsdir cannot prove it is the one it made: %s. nfsdir leaves it alone: delete it by hand and retry", rec.SubDir, rec.Name, why)
+			return false, fault.New(fault.FailedPrecondition, "directory %q was never sealed into the record of volume %q, and nfsdir cannot prove it is the one it made: %s. nfsdir leaves it alone: delete it by hand and retry", rec.SubDir, rec.Name, why)
 		}
 	}
 	if exists {
@@ -821,7 +841,7 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) error {
 			klog.Infof("volume %q: retaining %q", rec.Name, rec.SubDir)
 		case params.Archive:
 			if err := a.archive(rec); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
@@ -829,13 +849,13 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) error {
 		// Also when nothing is at the path: an interrupted attempt may
 		// have left the directory pending in the trash.
 		StepHook("delete:move", rec.SubDir)
-		if err := a.trashVolume(rec, id); err != nil {
-			return err
+		if purge, err = a.trashVolume(rec, id); err != nil {
+			return false, err
 		}
 	}
 	StepHook("delete:record", rec.SubDir)
-	if err := removeRecordIf(a.volumes, id.Key, id.Token); err != nil {
-		return err
+	if err := removeRecordIf(a.records(), id.Key, id.Token); err != nil {
+		return purge, err
 	}
 	if !rec.Shared {
 		a.dropFigure(id.Key, id.Token)
@@ -843,7 +863,7 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) error {
 	if rec.OnDelete != params.Retain {
 		a.pruneParents(rec.SubDir)
 	}
-	return nil
+	return purge, nil
 }
 
 // Expand records bytes as the capacity of the volume of id and returns its
@@ -867,7 +887,7 @@ func (a *Area) Expand(id volumeid.ID, bytes int64) (*Record, error) {
 			return rec, err
 		}
 	}
-	rec, err = updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+	rec, err = updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.SharedDir {
 			return fault.New(fault.NotFound, "volume %q does not exist", id.String())
 		}
@@ -896,7 +916,7 @@ type Change struct {
 // volume sharing its directory keeps onDelete retain (InvalidArgument).
 // As Expand, it updates the record only if it is still the one of id.
 func (a *Area) Modify(id volumeid.ID, c Change) (*Record, error) {
-	rec, err := updateRecordIf(a.volumes, id.Key, id.Token, func(r *Record) error {
+	rec, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.SharedDir {
 			return fault.New(fault.NotFound, "volume %q does not exist", id.String())
 		}
@@ -926,40 +946,32 @@ func trashName(id volumeid.ID) string { return id.Key + "." + id.Token }
 // following any symlink, and dst is the handle checked when the Area was
 // opened: neither can be redirected by whatever is put at their names.
 func (a *Area) moveInto(rel string, dst *os.Root, name string) error {
-	parent, err := a.openParent(rel)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	dstDir, err := dst.Open(".")
-	if err != nil {
-		return err
-	}
-	defer dstDir.Close()
-	if err := unix.Renameat(int(parent.Fd()), path.Base(rel), int(dstDir.Fd()), name); err != nil {
-		return fmt.Errorf("rename %q: %w", rel, err)
-	}
-	return nil
+	return a.atParent(rel, func(parent int) error {
+		return a.atDir(dst, func(dstDir int) error {
+			if err := unix.Renameat(parent, path.Base(rel), dstDir, name); err != nil {
+				return fmt.Errorf("rename %q: %w", rel, err)
+			}
+			return nil
+		})
+	})
 }
 
-// openParent opens the parent directory of rel on the share without
-// following any symlink on the way.
-func (a *Area) openParent(rel string) (*os.File, error) {
-	rootDir, err := a.root.Open(".")
-	if err != nil {
-		return nil, err
-	}
+// atParent runs fn with a descriptor of the parent directory of rel on
+// the share, opened without following any symlink on the way.
+func (a *Area) atParent(rel string, fn func(fd int) error) error {
 	d := path.Dir(rel)
-	if d == "." {
-		return rootDir, nil
-	}
-	defer rootDir.Close()
-	fd, err := unix.Openat2(int(rootDir.Fd()), d, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
-	if err != nil {
-		return nil, fmt.Errorf("open %q: %w", d, err)
-	}
-	return os.NewFile(uintptr(fd), d), nil
+	return a.atDir(a.root, func(root int) error {
+		if d == "." {
+			return fn(root)
+		}
+		fd, err := unix.Openat2(root, d, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+		if err != nil {
+			return fmt.Errorf("open %q: %w", d, err)
+		}
+		defer unix.Close(fd)
+		return fn(fd)
+	})
 }
 
 func (a *Area) archive(rec *Record) error {
@@ -983,28 +995,49 @@ func (a *Area) archive(rec *Record) error {
 }
 
 // trashVolume moves the directory of rec into the trash for the purge: to
-// a pending name first, which the purge ignores, and under its final name
-// only once it proved to be rec's directory.
-func (a *Area) trashVolume(rec *Record, id volumeid.ID) error {
+// a pending name first, which the purge ignores, and, once it proved to be
+// rec's directory, removes it there if it is empty (the purge's whole work
+// for it, at the cost of one call) or gives it its final name for the
+// purge (purge true).
+func (a *Area) trashVolume(rec *Record, id volumeid.ID) (purge bool, err error) {
 	final := trashName(id)
 	pending := pendingPrefix + final
 	if _, err := a.trash.Lstat(pending); errors.Is(err, fs.ErrNotExist) {
 		err := a.moveVerified(rec, a.trash, pending)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil // gone meanwhile (an earlier attempt, or someone else)
+			// Gone meanwhile: an earlier attempt, or another
+			// controller's, may have left it in the trash for the purge.
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 	} else if err != nil {
-		return onShare(err, "check %s/%s", trashDir, pending)
+		return false, onShare(err, "check %s/%s", trashDir, pending)
 	} else if err := a.verifyMoved(rec, a.trash, pending); err != nil {
-		return err // left by an interrupted attempt, and not rec's: put back
+		return false, err // left by an interrupted attempt, and not rec's: put back
+	}
+	StepHook("delete:rmdir", rec.SubDir)
+	switch err := a.removeEmptyDir(a.trash, pending); {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, unix.ENOENT):
+		// Another controller's call for this volume (a leader change)
+		// removed it, or renamed it for the purge.
+		return true, nil
+	case !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST):
+		klog.V(2).Infof("%s: %s/%s is left to the purge: %v", rec.describe(), trashDir, pending, err)
 	}
 	if err := a.trash.Rename(pending, final); err != nil {
-		return onShare(err, "rename %s/%s", trashDir, pending)
+		return false, onShare(err, "rename %s/%s", trashDir, pending)
 	}
-	return nil
+	return true, nil
+}
+
+// removeEmptyDir removes the directory name below dir if it is empty
+// (rmdir: ENOTEMPTY or EEXIST otherwise), with one call on the share.
+func (a *Area) removeEmptyDir(dir *os.Root, name string) error {
+	return a.atDir(dir, func(fd int) error { return unix.Unlinkat(fd, name, unix.AT_REMOVEDIR) })
 }
 
 // pendingPrefix starts the name of a directory moved into the trash but
@@ -1054,20 +1087,14 @@ func (a *Area) verifyMoved(rec *Record, dst *os.Root, name string) error {
 // moveBack renames name below src back to rel on the share, unless
 // something took rel meanwhile.
 func (a *Area) moveBack(src *os.Root, name, rel string) error {
-	if _, err := FreshLstat(a.root, rel); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := a.freshLstat(rel); !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%q is taken again", rel)
 	}
-	srcDir, err := src.Open(".")
-	if err != nil {
-		return err
-	}
-	defer srcDir.Close()
-	parent, err := a.openParent(rel)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	return unix.Renameat(int(srcDir.Fd()), name, int(parent.Fd()), path.Base(rel))
+	return a.atDir(src, func(srcDir int) error {
+		return a.atParent(rel, func(parent int) error {
+			return unix.Renameat(srcDir, name, parent, path.Base(rel))
+		})
+	})
 }
 
 // pruneParents removes parent directories that nfsdir created for templated
@@ -1105,11 +1132,11 @@ func (a *Area) Adopt(req Request) (*Record, error) {
 	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: handleDigest(a.root, req.SubDir),
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: a.handleDigest(a.root, req.SubDir),
 		Options: req.Options, LegacyID: req.LegacyID}
-	if err := writeRecordExclusive(a.volumes, rec.Key(), rec); err != nil {
+	if err := writeRecordExclusive(a.records(), rec.Key(), rec); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			old, _ := readRecord(a.volumes, rec.Key())
+			old, _ := readRecord(a.records(), rec.Key())
 			if old != nil {
 				return nil, fault.New(fault.AlreadyExists, "directory %q already belongs to nfsdir volume %q", req.SubDir, old.Name)
 			}
@@ -1144,7 +1171,7 @@ func (a *Area) checkAdopt(req Request) (*Record, error) {
 			return nil, fault.New(fault.InvalidArgument, "csi-driver-nfs volume ID %q names directory %q, not %q", req.LegacyID, l.SubDir, req.SubDir)
 		}
 	}
-	old, err := readRecord(a.volumes, volumeid.KeyForDir(req.SubDir))
+	old, err := readRecord(a.records(), volumeid.KeyForDir(req.SubDir))
 	if err != nil {
 		return nil, err
 	}
@@ -1183,7 +1210,7 @@ func (a *Area) Unadopt(name, subDir string) error {
 		return fault.New(fault.InvalidArgument, "subDir %v", err)
 	}
 	key := volumeid.KeyForDir(subDir)
-	rec, err := readRecord(a.volumes, key)
+	rec, err := readRecord(a.records(), key)
 	if err != nil || rec == nil {
 		return err
 	}
@@ -1203,7 +1230,7 @@ func (a *Area) AdoptedAs(legacyID, subDir string) (*Record, error) {
 	if safepath.CheckVolumePath(subDir) != nil {
 		return nil, nil
 	}
-	rec, err := readRecord(a.volumes, volumeid.KeyForDir(subDir))
+	rec, err := readRecord(a.records(), volumeid.KeyForDir(subDir))
 	if err != nil || rec == nil || !rec.Adopted || rec.LegacyID == "" || rec.LegacyID != legacyID || rec.SubDir != subDir {
 		return nil, err
 	}

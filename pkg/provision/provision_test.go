@@ -104,7 +104,7 @@ func TestDeletePolicies(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.WriteFile(filepath.Join(dir, "ns/pvc-1/data"), []byte("data"), 0o600)
-			if err := root.Delete(ctx, idOf(rec)); err != nil {
+			if _, err := root.Delete(ctx, idOf(rec)); err != nil {
 				t.Fatal(err)
 			}
 			_, errVol := os.Stat(filepath.Join(dir, "ns/pvc-1/data"))
@@ -134,7 +134,7 @@ func TestDeletePolicies(t *testing.T) {
 				t.Error("canary gone")
 			}
 			// Deleting again is a no-op.
-			if err := root.Delete(ctx, idOf(rec)); err != nil {
+			if _, err := root.Delete(ctx, idOf(rec)); err != nil {
 				t.Error(err)
 			}
 		})
@@ -148,17 +148,17 @@ func TestDeleteNeverTouchesForeignDirectories(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "foreign/data"), []byte("x"), 0o600)
 	// An ID naming the foreign directory's would-be record does nothing.
 	id := volumeid.ID{Export: export.Export{Server: "s", Share: "/e"}, Key: volumeid.KeyForDir("foreign"), Token: "aaaaaaaa"}
-	if err := root.Delete(ctx, id); err != nil {
+	if _, err := root.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	// A recreated volume of the same name is not deleted by the old ID.
 	rec, _ := root.Create(ctx, req("v", "v", params.Delete))
 	old := idOf(rec)
-	if err := root.Delete(ctx, old); err != nil {
+	if _, err := root.Delete(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	rec2, _ := root.Create(ctx, req("v", "v", params.Delete))
-	if err := root.Delete(ctx, old); err != nil {
+	if _, err := root.Delete(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "v")); err != nil || rec2.Token == rec.Token {
@@ -177,7 +177,7 @@ func TestPrunesOnlyParentsItCreated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := root.Delete(ctx, idOf(rec)); err != nil {
+	if _, err := root.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "premade")); err != nil {
@@ -201,7 +201,7 @@ func TestPurgeNeverFollowsSymlinksAndStopsOnCancel(t *testing.T) {
 		os.MkdirAll(filepath.Join(vol, "d", strings.Repeat("x", i%7+1), "deep"), 0o755)
 		os.WriteFile(filepath.Join(vol, "d", strings.Repeat("x", i%7+1), "f"+string(rune('a'+i%26))), nil, 0o600)
 	}
-	if err := root.Delete(ctx, idOf(rec)); err != nil {
+	if _, err := root.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
@@ -271,7 +271,7 @@ func TestSharedSubDirIsOptIn(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "common", "data"), []byte("x"), 0o600)
 	for _, r := range []*Record{r1, r2} {
-		if err := a.Delete(ctx, idOf(r)); err != nil {
+		if _, err := a.Delete(ctx, idOf(r)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -318,7 +318,7 @@ func TestAdopt(t *testing.T) {
 	if _, err := a.Adopt(Request{Name: "inner", SubDir: "team-c/common/inner", OnDelete: params.Delete}); !fault.Is(err, fault.InvalidArgument) {
 		t.Errorf("Adopt inside a shared directory = %v, want InvalidArgument", err)
 	}
-	if err := a.Delete(ctx, idOf(rec)); err != nil {
+	if _, err := a.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "archived-legacy-pvc-old/data")); err != nil {
@@ -342,7 +342,7 @@ func TestReplacedDirectoryIsNeverDeleted(t *testing.T) {
 		os.Rename(filepath.Join(dir, name), filepath.Join(dir, name+"-moved"))
 		os.Mkdir(filepath.Join(dir, name), 0o755)
 		os.WriteFile(filepath.Join(dir, name, "theirs"), []byte("x"), 0o600)
-		err = a.Delete(ctx, idOf(rec))
+		_, err = a.Delete(ctx, idOf(rec))
 		if !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "replaced") {
 			t.Errorf("%s: delete of a replaced directory: %v", policy, err)
 		}
@@ -357,7 +357,7 @@ func TestReplacedDirectoryIsNeverDeleted(t *testing.T) {
 	kept, _ := a.Create(ctx, req("kept", "kept", params.Retain))
 	os.Rename(filepath.Join(dir, "kept"), filepath.Join(dir, "kept-moved"))
 	os.Mkdir(filepath.Join(dir, "kept"), 0o755)
-	if err := a.Delete(ctx, idOf(kept)); err != nil {
+	if _, err := a.Delete(ctx, idOf(kept)); err != nil {
 		t.Errorf("retain of a replaced directory: %v", err)
 	}
 	// A retry of CreateVolume seals a record a crash left unsealed, when
@@ -365,7 +365,7 @@ func TestReplacedDirectoryIsNeverDeleted(t *testing.T) {
 	rec, _ := a.Create(ctx, req("w", "w", params.Delete))
 	unsealed := *rec
 	unsealed.FileID = 0
-	if err := rewriteRecord(a.volumes, rec.Key(), &unsealed); err != nil {
+	if err := rewriteRecord(a.records(), rec.Key(), &unsealed); err != nil {
 		t.Fatal(err)
 	}
 	os.Chmod(filepath.Join(dir, "w"), newDirPerm)
@@ -405,14 +405,14 @@ func TestRetryNeverTakesAnUnprovenDirectory(t *testing.T) {
 		spoil(p)
 		unsealed := *rec
 		unsealed.FileID = 0
-		if err := rewriteRecord(a.volumes, rec.Key(), &unsealed); err != nil {
+		if err := rewriteRecord(a.records(), rec.Key(), &unsealed); err != nil {
 			t.Fatal(err)
 		}
 		before, _ := os.Lstat(p)
 		if _, err := a.Create(ctx, r); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "cannot prove") {
 			t.Errorf("%s: retry over an unproven directory: %v", name, err)
 		}
-		if err := a.Delete(ctx, idOf(rec)); !fault.Is(err, fault.FailedPrecondition) {
+		if _, err := a.Delete(ctx, idOf(rec)); !fault.Is(err, fault.FailedPrecondition) {
 			t.Errorf("%s: delete of an unproven directory: %v", name, err)
 		}
 		after, err := os.Lstat(p)
@@ -435,14 +435,14 @@ func TestAbandonedRecordIsReclaimed(t *testing.T) {
 	os.Remove(filepath.Join(dir, "data"))
 	cut := *rec
 	cut.FileID = 0
-	if err := rewriteRecord(a.volumes, rec.Key(), &cut); err != nil {
+	if err := rewriteRecord(a.records(), rec.Key(), &cut); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Create(ctx, req("next", "data", params.Delete)); !fault.Is(err, fault.AlreadyExists) {
 		t.Fatalf("within the grace period: %v", err)
 	}
 	cut.Created = cut.Created.Add(-2 * AbandonedAfter)
-	rewriteRecord(a.volumes, rec.Key(), &cut)
+	rewriteRecord(a.records(), rec.Key(), &cut)
 	next, err := a.Create(ctx, req("next", "data", params.Delete))
 	if err != nil || next.Name != "next" || next.FileID == 0 {
 		t.Fatalf("after the grace period: %+v %v", next, err)
@@ -453,7 +453,7 @@ func TestAbandonedRecordIsReclaimed(t *testing.T) {
 	// A sealed record is never abandoned, however old.
 	old := *next
 	old.Created = old.Created.Add(-2 * AbandonedAfter)
-	rewriteRecord(a.volumes, next.Key(), &old)
+	rewriteRecord(a.records(), next.Key(), &old)
 	if _, err := a.Create(ctx, req("third", "data", params.Delete)); !fault.Is(err, fault.AlreadyExists) {
 		t.Fatalf("over a sealed volume: %v", err)
 	}
@@ -474,15 +474,15 @@ func TestSealHoldsTheFileHandle(t *testing.T) {
 	}
 	other := *rec
 	other.Handle = strings.Repeat("0", len(rec.Handle))
-	rewriteRecord(a.volumes, rec.Key(), &other)
-	if err := a.Delete(ctx, idOf(rec)); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "file handle") {
+	rewriteRecord(a.records(), rec.Key(), &other)
+	if _, err := a.Delete(ctx, idOf(rec)); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "file handle") {
 		t.Fatalf("delete with another handle: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "v")); err != nil {
 		t.Fatal("directory moved")
 	}
-	rewriteRecord(a.volumes, rec.Key(), rec)
-	if err := a.Delete(ctx, idOf(rec)); err != nil {
+	rewriteRecord(a.records(), rec.Key(), rec)
+	if _, err := a.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -42,7 +42,7 @@ func TestConcurrentCreatesNeverNest(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, "ns/x")); err == nil {
 		t.Error("the inner volume's directory was left inside the outer one")
 	}
-	if rec, _ := readRecord(a.volumes, volumeid.KeyForDir("ns/x")); rec != nil {
+	if rec, _ := readRecord(a.records(), volumeid.KeyForDir("ns/x")); rec != nil {
 		t.Error("the inner volume's record was left")
 	}
 }
@@ -63,7 +63,7 @@ func TestDelayedDeleteActsOnlyOnItsOwnVolume(t *testing.T) {
 			}
 			var now *Record
 			holdAt(t, step, "ns/pvc-1", func() {
-				if err := a.Delete(ctx, idOf(old)); err != nil {
+				if _, err := a.Delete(ctx, idOf(old)); err != nil {
 					t.Errorf("the other controller's delete: %v", err)
 				}
 				if now, err = a.Create(ctx, r); err != nil {
@@ -71,7 +71,7 @@ func TestDelayedDeleteActsOnlyOnItsOwnVolume(t *testing.T) {
 				}
 				os.WriteFile(filepath.Join(dir, "ns/pvc-1/new-data"), []byte("x"), 0o600)
 			})
-			err = a.Delete(ctx, idOf(old))
+			_, err = a.Delete(ctx, idOf(old))
 			t.Logf("the delayed delete: %v", err)
 			if _, err := os.Stat(filepath.Join(dir, "ns/pvc-1/new-data")); err != nil {
 				t.Errorf("the new volume's data: %v", err)
@@ -86,9 +86,60 @@ func TestDelayedDeleteActsOnlyOnItsOwnVolume(t *testing.T) {
 				}
 			}
 			StepHook = func(string, string) {}
-			if err := a.Delete(ctx, idOf(now)); err != nil {
+			if _, err := a.Delete(ctx, idOf(now)); err != nil {
 				t.Errorf("deleting the new volume: %v", err)
 			}
 		})
+	}
+}
+
+// TestAnEmptyVolumeIsRemovedAtOnce: DeleteVolume removes an empty
+// volume's directory in the trash once it proved to be the volume's, and
+// leaves nothing for the purge; a volume holding anything, even a file a
+// pod wrote after the move, waits in the trash for the purge, whole.
+func TestAnEmptyVolumeIsRemovedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	trash := func() []string {
+		ents, err := os.ReadDir(filepath.Join(dir, ".nfsdir/trash"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	empty, err := a.Create(ctx, req("empty", "ns/empty", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if purge, err := a.Delete(ctx, idOf(empty)); err != nil || purge {
+		t.Fatalf("delete of an empty volume: purge %v, %v", purge, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "ns/empty")); !os.IsNotExist(err) || len(trash()) != 0 {
+		t.Errorf("an empty volume after its delete: %v, trash %v", err, trash())
+	}
+	if purge, err := a.Delete(ctx, idOf(empty)); err != nil {
+		t.Errorf("replayed delete: purge %v, %v", purge, err)
+	}
+
+	late, err := a.Create(ctx, req("late", "ns/late", params.Delete))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := filepath.Join(dir, ".nfsdir/trash", "."+trashName(idOf(late)))
+	holdAt(t, "delete:rmdir", "ns/late", func() {
+		if err := os.WriteFile(filepath.Join(pending, "written-late"), []byte("x"), 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	if purge, err := a.Delete(ctx, idOf(late)); err != nil || !purge {
+		t.Fatalf("delete of a volume written to during its delete: purge %v, %v", purge, err)
+	}
+	final := filepath.Join(dir, ".nfsdir/trash", trashName(idOf(late)))
+	if _, err := os.Lstat(filepath.Join(final, "written-late")); err != nil {
+		t.Errorf("the volume is not in the trash, whole, for the purge: %v (trash %v)", err, trash())
 	}
 }

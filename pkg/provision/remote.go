@@ -78,6 +78,17 @@ type RemoteRemove struct {
 	Token string `json:"token"`
 }
 
+// RemoteRemoved is an agent's answer to RemoteRemove.
+type RemoteRemoved struct {
+	// Purge: the trash holds something for the controller's Purger (the
+	// volume's directory was not empty). An agent older than this field
+	// answers false for every volume; the controller purges after those
+	// whatever they answer.
+	Purge bool `json:"purge,omitempty"`
+	// Answered: this agent fills Purge.
+	Answered bool `json:"answered,omitempty"`
+}
+
 // RemoteMaker has the agent at endpoint make and delete volumes on the
 // server, where the record, the directory, its seal and its mode cost no
 // NFS call. An agent that does not (Unimplemented: older than this, not
@@ -85,7 +96,7 @@ type RemoteRemove struct {
 // to) says so before it changes anything.
 type RemoteMaker interface {
 	MakeVolume(ctx context.Context, endpoint string, m RemoteMake) (*Record, error)
-	RemoveVolume(ctx context.Context, endpoint string, r RemoteRemove) error
+	RemoveVolume(ctx context.Context, endpoint string, r RemoteRemove) (RemoteRemoved, error)
 }
 
 // UseRemote has the Area's fills and snapshots copy through r when the
@@ -174,18 +185,18 @@ func (a *Area) forgetMade(id volumeid.ID) {
 // removeRemote has the copy agent of rec delete the volume of id. done
 // false: the agent does not (agentDeclined), and the caller deletes it
 // through the share mount.
-func (a *Area) removeRemote(ctx context.Context, id volumeid.ID, rec *Record) (done bool, err error) {
+func (a *Area) removeRemote(ctx context.Context, id volumeid.ID, rec *Record) (done, purge bool, err error) {
 	if rec == nil || rec.CopyAgent == "" || a.maker == nil || (rec.ServerHandle == "" && rec.Handle != "") {
 		// Sealed through NFS (made before its class named the agent):
 		// only an NFS client can compare its handle.
-		return false, nil
+		return false, false, nil
 	}
-	err = a.maker.RemoveVolume(ctx, rec.CopyAgent, RemoteRemove{Share: a.remoteShare, Key: id.Key, Token: id.Token})
+	r, err := a.maker.RemoveVolume(ctx, rec.CopyAgent, RemoteRemove{Share: a.remoteShare, Key: id.Key, Token: id.Token})
 	if agentDeclined(err) {
 		klog.Warningf("volume %q: agent %s does not delete it (%v): deleting it through the controller's mount", rec.Name, rec.CopyAgent, err)
-		return false, nil
+		return false, false, nil
 	}
-	return true, err
+	return true, r.Purge || !r.Answered, err
 }
 
 // copyTree copies the tree of src (named from for an agent) into dst

@@ -250,7 +250,7 @@ func (a *Area) DeleteSnapshot(id volumeid.ID) error {
 	if err := a.trashSnapshotData(dir, s.dataName()); err != nil {
 		return err
 	}
-	if err := removeRecordIf(dir, id.Key, id.Token); err != nil {
+	if err := removeRecordIf(recordDir{Root: dir}, id.Key, id.Token); err != nil {
 		return err
 	}
 	// An attempt that renamed its copy after the move above and read the
@@ -269,7 +269,7 @@ func (a *Area) settleSnapshotAside(id volumeid.ID) error {
 	if err != nil {
 		return err
 	}
-	return settleAside(dir, id.Key, id.Key+asideSuffix+id.Token, id.Token)
+	return settleAside(recordDir{Root: dir}, id.Key, id.Key+asideSuffix+id.Token, id.Token)
 }
 
 // trashAttempts moves every copy being made for s, except keep, into the

@@ -126,7 +126,7 @@ func (a *Area) SettleRemovals(names []string, grace time.Duration) int {
 		if sys, ok := st.Sys().(*syscall.Stat_t); !ok || time.Since(time.Unix(sys.Ctim.Unix())) < grace {
 			continue
 		}
-		if err := settleAside(a.volumes, key, name, token); err != nil {
+		if err := settleAside(a.records(), key, name, token); err != nil {
 			klog.Warningf("settling %s: %v", path.Join(volumesDir, name), err)
 			continue
 		}
@@ -164,7 +164,7 @@ func listNames(r *os.Root) ([]string, error) {
 }
 
 // Record returns the record stored under key, or nil.
-func (a *Area) Record(key string) (*Record, error) { return readRecord(a.volumes, key) }
+func (a *Area) Record(key string) (*Record, error) { return readRecord(a.records(), key) }
 
 // Count counts, with w, what the directory of rec (the record under key,
 // read by the caller; nil: none) uses, and stores the figure. counted is
@@ -255,13 +255,13 @@ func (a *Area) Figure(rec *Record) (fig capacity.Figure, ok bool, err error) {
 	if err != nil {
 		return fig, false, err
 	}
-	return readFigure(a.volumes, dir, rec)
+	return readFigure(a.records(), dir, rec)
 }
 
 // readFigure reads the figure standing for rec from the usage directory,
 // and checks it is one counted for rec's directory (or, for a shared
 // volume, for its shared directory as recorded now).
-func readFigure(volumes, dir *os.Root, rec *Record) (fig capacity.Figure, ok bool, err error) {
+func readFigure(volumes recordDir, dir *os.Root, rec *Record) (fig capacity.Figure, ok bool, err error) {
 	key, token := figureKey(rec), rec.Token
 	if rec.Shared {
 		sd, err := readRecord(volumes, key)
@@ -393,9 +393,9 @@ func OpenView(root *os.Root) (_ *View, err error) {
 // Volume returns the record of a volume ID, or nil when it does not
 // exist. A record held aside by an expansion in progress is read there.
 func (v *View) Volume(id volumeid.ID) (*Record, error) {
-	rec, err := readRecord(v.volumes, id.Key)
+	rec, err := readRecord(recordDir{Root: v.volumes}, id.Key)
 	if err == nil && rec == nil {
-		rec, err = readAside(v.volumes, id.Key, id.Key+updateSuffix+id.Token)
+		rec, err = readAside(recordDir{Root: v.volumes}, id.Key, id.Key+updateSuffix+id.Token)
 	}
 	if err != nil || rec == nil || rec.Token != id.Token || rec.SharedDir {
 		return nil, err
@@ -408,7 +408,7 @@ func (v *View) Figure(rec *Record) (capacity.Figure, bool, error) {
 	if v.usage == nil {
 		return capacity.Figure{}, false, nil
 	}
-	return readFigure(v.volumes, v.usage, rec)
+	return readFigure(recordDir{Root: v.volumes}, v.usage, rec)
 }
 
 // Close releases the View's handles.
@@ -436,7 +436,7 @@ type Problem struct {
 // lookup, a file handle and a figure read.
 func (a *Area) Health(rec *Record) ([]Problem, error) {
 	var out []Problem
-	st, err := FreshLstat(a.root, rec.SubDir)
+	st, err := a.freshLstat(rec.SubDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		// ENOTDIR: a parent on the way is no longer a directory.
@@ -471,7 +471,7 @@ func (v *View) OpenVolumeDir(subDir, token string) (*os.File, *Record, error) {
 	if err := safepath.CheckVolumePath(subDir); err != nil {
 		return nil, nil, fault.New(fault.InvalidArgument, "subDir %v", err)
 	}
-	rec, err := readRecord(v.volumes, volumeid.KeyForDir(subDir))
+	rec, err := readRecord(recordDir{Root: v.volumes}, volumeid.KeyForDir(subDir))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -54,7 +54,7 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 	if got, err := v.Volume(idOf(rec)); err != nil || got == nil {
 		t.Fatalf("View.Volume with the record aside = %+v, %v", got, err)
 	}
-	if err := settleUpdate(a.volumes, rec.Key(), rec.Key()+updateSuffix+rec.Token); err != nil {
+	if err := settleUpdate(a.records(), rec.Key(), rec.Key()+updateSuffix+rec.Token); err != nil {
 		t.Fatal(err)
 	}
 
@@ -78,7 +78,7 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 		t.Fatalf("shared volume's figure: %v %v", ok, err)
 	}
 
-	if err := a.Delete(ctx, idOf(rec)); err != nil {
+	if _, err := a.Delete(ctx, idOf(rec)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, ".nfsdir/usage", rec.Key())); !os.IsNotExist(err) {

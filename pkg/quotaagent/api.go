@@ -84,8 +84,9 @@ type Service interface {
 	// record.
 	MakeVolume(context.Context, *provision.RemoteMake) (*provision.Record, error)
 	// RemoveVolume deletes a volume on the server as
-	// provision.Area.Delete would.
-	RemoveVolume(context.Context, *provision.RemoteRemove) (*Empty, error)
+	// provision.Area.Delete would, and answers whether its trash holds
+	// something for the controller's purge.
+	RemoveVolume(context.Context, *provision.RemoteRemove) (*provision.RemoteRemoved, error)
 	// Probe answers when the agent can serve.
 	Probe(context.Context, *Empty) (*Empty, error)
 }
@@ -193,9 +194,12 @@ func (c *Client) MakeVolume(ctx context.Context, req *provision.RemoteMake) (*pr
 }
 
 // RemoveVolume calls the agent's RemoveVolume.
-func (c *Client) RemoveVolume(ctx context.Context, req *provision.RemoteRemove) error {
-	_, err := invoke[Empty](ctx, c, "RemoveVolume", req)
-	return err
+func (c *Client) RemoveVolume(ctx context.Context, req *provision.RemoteRemove) (provision.RemoteRemoved, error) {
+	r, err := invoke[provision.RemoteRemoved](ctx, c, "RemoveVolume", req)
+	if r == nil {
+		return provision.RemoteRemoved{}, err
+	}
+	return *r, err
 }
 
 // Probe calls the agent's Probe.

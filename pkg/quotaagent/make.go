@@ -35,21 +35,23 @@ func (a *Agent) MakeVolume(ctx context.Context, req *provision.RemoteMake) (*pro
 }
 
 // RemoveVolume implements Service: provision.Area.Delete on the server,
-// as MakeVolume. The volume's directory goes into the share's trash,
-// which the controller purges.
-func (a *Agent) RemoveVolume(ctx context.Context, req *provision.RemoteRemove) (*Empty, error) {
-	err := a.remove(ctx, req)
+// as MakeVolume. An empty volume's directory is removed at once; any other
+// goes into the share's trash, which the controller purges (Purge).
+func (a *Agent) RemoveVolume(ctx context.Context, req *provision.RemoteRemove) (*provision.RemoteRemoved, error) {
+	purge, err := a.remove(ctx, req)
 	a.audit(ctx, "remove", &Volume{Share: req.Share, Token: req.Token}, map[string]any{"key": req.Key}, nil, err)
-	return &Empty{}, grpcstatus.Of(err)
+	return &provision.RemoteRemoved{Purge: purge, Answered: true}, grpcstatus.Of(err)
 }
 
-func (a *Agent) remove(ctx context.Context, req *provision.RemoteRemove) error {
+func (a *Agent) remove(ctx context.Context, req *provision.RemoteRemove) (purge bool, err error) {
 	if !volumeid.ValidKey(req.Key, req.Token) {
-		return fault.New(fault.InvalidArgument, "%q and %q are not a record's key and token", req.Key, req.Token)
+		return false, fault.New(fault.InvalidArgument, "%q and %q are not a record's key and token", req.Key, req.Token)
 	}
-	return a.onArea(req.Share, func(area *provision.Area) error {
-		return area.Delete(ctx, volumeid.ID{Key: req.Key, Token: req.Token})
+	err = a.onArea(req.Share, func(area *provision.Area) (err error) {
+		purge, err = area.Delete(ctx, volumeid.ID{Key: req.Key, Token: req.Token})
+		return err
 	})
+	return purge, err
 }
 
 // onArea runs fn on nfsdir's metadata area of share, opened on the

@@ -70,8 +70,13 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	if made := a.Made(id); made == nil || made.ServerHandle != rec.ServerHandle || made.CopyAgent != endpoint {
 		t.Errorf("the controller does not remember what the agent made: %+v", made)
 	}
-	if err := a.DeleteFound(ctx, id, a.Made(id)); err != nil {
+	// A volume holding data goes into the trash, for the controller's
+	// purge.
+	if err := os.WriteFile(filepath.Join(dir, "team/pvc-a/data"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if purge, err := a.DeleteFound(ctx, id, a.Made(id)); err != nil || !purge {
+		t.Fatalf("delete of a volume holding data: purge %v, %v", purge, err)
 	}
 	if made := a.Made(id); made != nil {
 		t.Errorf("a deleted volume is still remembered: %+v", made)
@@ -110,17 +115,20 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	// says so before it changes anything.
 	a.UseRemote(pool, "/e")
 	bID := volumeid.ID{Key: b.Key(), Token: b.Token}
-	err = pool.RemoveVolume(ctx, endpoint, provision.RemoteRemove{Share: "/e", Key: b.Key(), Token: b.Token})
+	_, err = pool.RemoveVolume(ctx, endpoint, provision.RemoteRemove{Share: "/e", Key: b.Key(), Token: b.Token})
 	if !fault.Is(err, fault.Unimplemented) {
 		t.Errorf("the agent asked to delete a volume sealed through NFS: %v", err)
 	}
 	if again, err := a.Create(ctx, req); err != nil || again.Token != b.Token || again.ServerHandle != "" {
 		t.Errorf("replay of a volume sealed through NFS: %+v, %v", again, err)
 	}
-	if err := a.Delete(ctx, bID); err != nil {
-		t.Fatal(err)
+	if purge, err := a.Delete(ctx, bID); err != nil || purge {
+		t.Fatalf("the controller's delete of an empty volume: purge %v, %v", purge, err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, ".nfsdir/trash", b.Key()+"."+b.Token)); err != nil {
+	if ents, err := os.ReadDir(filepath.Join(dir, ".nfsdir/trash")); err != nil || len(ents) != 1 {
+		t.Errorf("the trash holds %v (%v); want only pvc-a", ents, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "pvc-b")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the controller did not delete it: %v", err)
 	}
 
@@ -131,7 +139,7 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	if !fault.Is(err, fault.InvalidArgument) {
 		t.Errorf("a volume out of the share: %v", err)
 	}
-	err = pool.RemoveVolume(ctx, endpoint, provision.RemoteRemove{Share: "/e", Key: "../../etc", Token: "aaaaaaaa"})
+	_, err = pool.RemoveVolume(ctx, endpoint, provision.RemoteRemove{Share: "/e", Key: "../../etc", Token: "aaaaaaaa"})
 	if !fault.Is(err, fault.InvalidArgument) {
 		t.Errorf("a key out of the records: %v", err)
 	}
@@ -178,11 +186,15 @@ func TestTheAgentActsAsTheSharesOwner(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, "pvc-given-away")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the volume that could not be given its owner is left: %v", err)
 	}
-	if err := pool.RemoveVolume(ctx, endpoint, provision.RemoteRemove{Share: "/e", Key: rec.Key(), Token: rec.Token}); err != nil {
-		t.Fatal(err)
+	// Empty, it is removed at once, by the squashed user, and the
+	// controller has nothing to purge.
+	if r, err := pool.RemoveVolume(ctx, endpoint, provision.RemoteRemove{Share: "/e", Key: rec.Key(), Token: rec.Token}); err != nil || r.Purge || !r.Answered {
+		t.Fatalf("delete of an empty volume: %+v, %v", r, err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, ".nfsdir/trash", rec.Key()+"."+rec.Token)); err != nil {
-		t.Errorf("the deleted volume is not in the trash: %v", err)
+	for _, p := range []string{"pvc-squashed", filepath.Join(".nfsdir/trash", rec.Key()+"."+rec.Token), filepath.Join(".nfsdir/trash", "."+rec.Key()+"."+rec.Token)} {
+		if _, err := os.Lstat(filepath.Join(dir, p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after the delete of an empty volume: %v", p, err)
+		}
 	}
 }
 
@@ -203,7 +215,7 @@ func TestAnUnreachableAgentLeavesVolumesToTheController(t *testing.T) {
 	if err != nil || rec.Handle == "" || rec.ServerHandle != "" {
 		t.Fatalf("Create with the agent down: %+v, %v", rec, err)
 	}
-	if err := a.Delete(ctx, volumeid.ID{Key: rec.Key(), Token: rec.Token}); err != nil {
+	if _, err := a.Delete(ctx, volumeid.ID{Key: rec.Key(), Token: rec.Token}); err != nil {
 		t.Fatalf("Delete with the agent down: %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "pvc-c")); !errors.Is(err, fs.ErrNotExist) {

@@ -138,10 +138,13 @@ func (p *Pool) MakeVolume(ctx context.Context, endpoint string, m provision.Remo
 }
 
 // RemoveVolume has the agent at endpoint delete a volume on the server.
-func (p *Pool) RemoveVolume(ctx context.Context, endpoint string, r provision.RemoteRemove) error {
-	return p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
-		return wrap(endpoint, "delete volume "+r.Key+"."+r.Token, c.RemoveVolume(ctx, &r))
+func (p *Pool) RemoveVolume(ctx context.Context, endpoint string, r provision.RemoteRemove) (provision.RemoteRemoved, error) {
+	var res provision.RemoteRemoved
+	err := p.call(ctx, endpoint, func(ctx context.Context, c *Client) (err error) {
+		res, err = c.RemoveVolume(ctx, &r)
+		return wrap(endpoint, "delete volume "+r.Key+"."+r.Token, err)
 	})
+	return res, err
 }
 
 // Close closes every connection.

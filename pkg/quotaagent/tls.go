@@ -150,7 +150,8 @@ func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) 
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveEvery / 2}),
 		// and the agent pings a quiet controller: a copy whose caller's
 		// host is gone is stopped.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveEvery, Timeout: keepaliveEvery / 2}))
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveEvery, Timeout: keepaliveEvery / 2}),
+		grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow))
 	Register(g, agent)
 	go func() {
 		<-ctx.Done()
@@ -168,6 +169,14 @@ func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) 
 	return g.Serve(l)
 }
 
+// flowWindow is the HTTP/2 flow-control window of the agent's
+// connections, both ways. A fixed window turns off gRPC's estimate of the
+// link's bandwidth-delay product, which sends a ping (and draws an
+// answer) with the data of nearly every small call: two writes and two
+// reads on each side of every call for a window the agent's messages
+// (records, progress) never come near filling.
+const flowWindow = 1 << 20
+
 // keepaliveEvery is how often a controller pings an agent while a call is
 // in flight: a copy whose agent's host is gone fails within 1.5 of it.
 const keepaliveEvery = 20 * time.Second
@@ -183,7 +192,8 @@ func Dial(endpoint string, cfg *tls.Config) (*Client, func() error, error) {
 	conn, err := grpc.NewClient("passthrough:///"+endpoint, grpc.WithTransportCredentials(credentials.NewTLS(c)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second}),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveEvery, Timeout: keepaliveEvery / 2}))
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveEvery, Timeout: keepaliveEvery / 2}),
+		grpc.WithInitialWindowSize(flowWindow), grpc.WithInitialConnWindowSize(flowWindow))
 	if err != nil {
 		return nil, nil, err
 	}

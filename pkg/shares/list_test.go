@@ -43,7 +43,7 @@ func TestListPagesAcrossSharesByPosition(t *testing.T) {
 		}
 		if pages == 1 { // delete the volume the token points after
 			last := vols[len(vols)-1].ID
-			if err := s.OnVolume(ctx, last, func(a *provision.Area, _ *Share) error { return a.Delete(ctx, last) }); err != nil {
+			if err := s.OnVolume(ctx, last, func(a *provision.Area, _ *Share) error { _, err := a.Delete(ctx, last); return err }); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -56,7 +56,7 @@ func TestDeletedVolumeIsPurgedOnItsOwnMount(t *testing.T) {
 	dir := filepath.Join(f.ExportDir(e.Server, e.Share), "pvc-1")
 	os.WriteFile(filepath.Join(dir, "data"), []byte("x"), 0o644)
 	err := s.OnVolume(context.Background(), id, func(a *provision.Area, share *Share) error {
-		if err := a.Delete(context.Background(), id); err != nil {
+		if _, err := a.Delete(context.Background(), id); err != nil {
 			return err
 		}
 		s.Purge(share)

@@ -253,11 +253,24 @@ func TestVolumesMadeOnTheServerByTheAgent(t *testing.T) {
 		if b, err := os.ReadFile(on("pvc-agent-made-0/data")); err != nil || string(b) != "written through NFS" {
 			t.Errorf("%s: the volume holds %q, %v", share, b, err)
 		}
-		for _, v := range vols {
-			before := lab.NFSCallsWith("lookupcache=none")
+		for i, v := range vols {
+			before, all := lab.NFSCallsWith("lookupcache=none"), lab.NFSCalls()
 			c.Delete(t, v)
 			deletes = append(deletes, lab.NFSCallsWith("lookupcache=none")-before)
-			// The purge of the trash, after each: its calls are its own.
+			if i > 0 {
+				// Empty: removed on the server at once, and no purge
+				// started (a purge lists the trash, 9 calls with its
+				// lookups; one call may be the client's lease renewal).
+				id, _ := volumeid.Parse(v.VolumeId)
+				if left, _ := filepath.Glob(on(".nfsdir/trash/*" + id.Key + "*")); len(left) != 0 {
+					t.Errorf("%s: an empty volume left in the trash: %v", share, left)
+				}
+				if n := lab.NFSCalls() - all; n > 1 {
+					t.Errorf("%s: DeleteVolume of an empty volume by the agent: %d NFS calls on the guest's mounts (a purge?), want at most 1", share, n)
+				}
+			}
+			// The purge of the trash, after the volume written to: its
+			// calls are its own.
 			for i := 0; i < 300; i++ {
 				if ents, _ := os.ReadDir(on(".nfsdir/trash")); len(ents) == 0 {
 					break

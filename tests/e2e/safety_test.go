@@ -349,7 +349,7 @@ func TestTwoControllersNeverActOnEachOthersVolumes(t *testing.T) {
 	vc := lab.RWX("nfsvers=4.2", "nosharecache")
 	first := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
 	second := lab.Connect(t, lab.StartDriver(t, nfsmount.NewSystem(), nil).Endpoint)
-	for i, step := range []string{"delete:move", "delete:record"} {
+	for i, step := range []string{"delete:move", "delete:rmdir", "delete:record"} {
 		subDir := fmt.Sprintf("team-r/claim-%d", i)
 		p := params("subDir", subDir, "onDelete", "delete")
 		old := first.Create(t, "pvc-leader-change", p, vc)
