@@ -45,6 +45,9 @@ type Area struct {
 	maker       RemoteMaker  // volumes made and removed by agents (UseRemote)
 	remoteShare string       // the share as the agents know it
 	onServer    bool         // opened on the server's own file system (OnServer)
+	// freshLookups: on a mount that asks the server for every name
+	// (FreshLookups).
+	freshLookups bool
 
 	madeMu sync.Mutex
 	made   map[string]*Record // volumes agents made for this Area, by key.token (Made)

@@ -384,6 +384,24 @@ func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
 // checkSealedAt fails when st, found at rel below r, is not the directory
 // sealed into rec.
 func (a *Area) checkSealedAt(rec *Record, st fs.FileInfo, r *os.Root, rel string) error {
+	return a.checkSealedAs(rec, st, func() string { return a.handleDigest(r, rel) })
+}
+
+// checkSealedFile fails when f, open (O_PATH will do) at rec's path or
+// where it was just moved, is not the directory sealed into rec. Its
+// attributes and handle come from the descriptor: no call on the share
+// beyond the one that opened it.
+func (a *Area) checkSealedFile(rec *Record, f *os.File) error {
+	st, err := f.Stat()
+	if err != nil {
+		return onShare(err, "check %q", rec.SubDir)
+	}
+	return a.checkSealedAs(rec, st, func() string { return fdHandleDigest(f) })
+}
+
+// checkSealedAs fails when st is not the directory sealed into rec;
+// handle gives the digest of its file handle ("" when there is none).
+func (a *Area) checkSealedAs(rec *Record, st fs.FileInfo, handle func() string) error {
 	if a.onServer && rec.ServerHandle == "" && rec.Handle != "" {
 		// Said before anything changes: the controller acts instead.
 		return fault.New(fault.Unimplemented, "directory %q was sealed through NFS, with a file handle only an NFS client can compare; the controller acts on it through its mount", rec.SubDir)
@@ -398,7 +416,7 @@ func (a *Area) checkSealedAt(rec *Record, st fs.FileInfo, r *os.Root, rel string
 		return replaced(fmt.Sprintf("fileid %d, recorded %d", sys.Ino, rec.FileID))
 	}
 	if want := a.sealedHandle(rec); want != "" {
-		if h := a.handleDigest(r, rel); h != "" && h != want {
+		if h := handle(); h != "" && h != want {
 			return replaced(fmt.Sprintf("same fileid %d, but its file handle (server file system and generation) differs from the recorded one", rec.FileID))
 		}
 	}
@@ -523,6 +541,35 @@ func (a *Area) openDir(rel string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), rel), nil
 }
 
+// openPathAt opens name in the directory open as dir for its attributes,
+// file handle and names only (O_PATH: no permission check, so through
+// NFS no ACCESS call, and no open state), never following a final
+// symlink: a symlink is opened as itself.
+func openPathAt(dir int, name string) (*os.File, error) {
+	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "openat", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// freshOpenPath opens rel on the share as openPathAt does, without
+// following any symlink on the way, after revalidating its parent
+// directory with the server as freshLstat does.
+func (a *Area) freshOpenPath(rel string) (*os.File, error) {
+	if !a.onServer && !a.freshLookups {
+		if d, err := a.root.Open(path.Dir(rel)); err == nil {
+			d.Close()
+		}
+	}
+	var f *os.File
+	err := a.atParent(rel, func(parent int) (err error) {
+		f, err = openPathAt(parent, path.Base(rel))
+		return err
+	})
+	return f, err
+}
+
 // FreshLstat is Lstat of p below root after revalidating p's parent
 // directory with the server: opening a directory revalidates its attributes
 // (close-to-open), and a changed directory drops the client's cached names
@@ -537,9 +584,10 @@ func FreshLstat(root *os.Root, p string) (fs.FileInfo, error) {
 }
 
 // freshLstat is FreshLstat of p on the share; on the server's own file
-// system (OnServer), which no client cache stands between, a plain Lstat.
+// system (OnServer), which no client cache stands between, or on a mount
+// that never caches names (FreshLookups), a plain Lstat.
 func (a *Area) freshLstat(p string) (fs.FileInfo, error) {
-	if a.onServer {
+	if a.onServer || a.freshLookups {
 		return a.root.Lstat(p)
 	}
 	return FreshLstat(a.root, p)
@@ -771,12 +819,19 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err erro
 // DeleteFound is Delete of the volume of id that Lookup found as rec (nil:
 // not found) a moment ago: a volume that names a copy agent is deleted
 // by the agent, on the server (RemoteMaker); any other, or one the agent
-// does not delete, through the share mount. Either way the record is
-// read again before anything is changed.
+// does not delete, through the share mount. The agent reads the record
+// again before it changes anything; through the mount, rec is taken as
+// read unless an update held the record aside meanwhile, or rec came
+// from an agent (Made) or a call to one came between.
 func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (purge bool, err error) {
 	done, purge, err := a.removeRemote(ctx, id, rec)
 	if !done {
-		purge, err = a.deleteAs(id, "")
+		// rec was read from the share a moment ago in this call, unless
+		// an agent had it (Made) or was asked meanwhile: read it again.
+		if rec != nil && (rec.CopyAgent != "" || rec.QuotaAgent != "") {
+			rec = nil
+		}
+		purge, err = a.deleteAs(id, "", rec)
 	}
 	if err == nil {
 		a.forgetMade(id)
@@ -789,21 +844,25 @@ func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (pu
 // half-filled directory left in place would pass for data. A complete
 // volume is FailedPrecondition: it is never discarded.
 func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
-	_, err := a.deleteAs(id, params.Delete)
+	_, err := a.deleteAs(id, params.Delete, nil)
 	return err
 }
 
 // deleteAs is Delete; with policy set, only an unfinished fill is deleted,
-// with that policy.
-func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) (purge bool, err error) {
+// with that policy. known is the record of id this call read from the
+// share a moment ago, or nil: it is then read here.
+func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (purge bool, err error) {
 	// An update of the record (an expansion) may hold it aside: put it
 	// back, so that the record is found, and removed, here.
-	if err := settleUpdate(a.records(), id.Key, id.Key+updateSuffix+id.Token); err != nil {
-		return false, err
-	}
-	rec, err := a.Lookup(id)
+	aside, err := settleUpdateFound(a.records(), id.Key, id.Key+updateSuffix+id.Token)
 	if err != nil {
 		return false, err
+	}
+	rec := known
+	if rec == nil || aside {
+		if rec, err = a.Lookup(id); err != nil {
+			return false, err
+		}
 	}
 	if rec == nil {
 		// Gone; an attempt interrupted while removing the record may have
@@ -816,23 +875,18 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) (purge bool, err
 		}
 		rec.OnDelete = policy
 	}
-	st, err := a.freshLstat(rec.SubDir)
+	// What is at the path, opened once (O_PATH): its attributes, handle
+	// and names are read through the descriptor.
+	f, err := a.freshOpenPath(rec.SubDir)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("check %q: %w", rec.SubDir, err)
 	}
-	if exists && rec.OnDelete != params.Retain {
-		if _, err := a.root.Lstat(path.Join(rec.SubDir, safepath.MetaDir)); err == nil {
-			return false, fault.New(fault.FailedPrecondition, "volume %q: its directory %q is the root of another nfsdir share (it holds %s): a StorageClass uses it as its share, and nfsdir will not %s it; point that StorageClass elsewhere or move its data out first", rec.Name, rec.SubDir, safepath.MetaDir, rec.OnDelete)
-		}
-		if rec.FileID != 0 {
-			if err := a.checkSealed(rec, st); err != nil {
-				return false, err
-			}
-		} else if why := a.unfinished(rec.SubDir); why != "" {
-			// Made by an older nfsdir that sealed after chmod, or not
-			// nfsdir's at all: nothing proves which.
-			return false, fault.New(fault.FailedPrecondition, "directory %q was never sealed into the record of volume %q, and nfsdir cannot prove it is the one it made: %s. nfsdir leaves it alone: delete it by hand and retry", rec.SubDir, rec.Name, why)
+	if exists {
+		err := a.checkRemovable(rec, f)
+		f.Close()
+		if err != nil {
+			return false, err
 		}
 	}
 	if exists {
@@ -864,6 +918,29 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete) (purge bool, err
 		a.pruneParents(rec.SubDir)
 	}
 	return purge, nil
+}
+
+// checkRemovable fails when the directory open as f at rec's path must
+// not be moved away for rec's onDelete policy (retain moves nothing): it
+// is another share's root, or not the directory sealed into rec (or,
+// for an older record without a seal, not provably nfsdir's).
+func (a *Area) checkRemovable(rec *Record, f *os.File) error {
+	if rec.OnDelete == params.Retain {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(f.Fd()), safepath.MetaDir, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		return fault.New(fault.FailedPrecondition, "volume %q: its directory %q is the root of another nfsdir share (it holds %s): a StorageClass uses it as its share, and nfsdir will not %s it; point that StorageClass elsewhere or move its data out first", rec.Name, rec.SubDir, safepath.MetaDir, rec.OnDelete)
+	}
+	if rec.FileID != 0 {
+		return a.checkSealedFile(rec, f)
+	}
+	if why := a.unfinished(rec.SubDir); why != "" {
+		// Made by an older nfsdir that sealed after chmod, or not
+		// nfsdir's at all: nothing proves which.
+		return fault.New(fault.FailedPrecondition, "directory %q was never sealed into the record of volume %q, and nfsdir cannot prove it is the one it made: %s. nfsdir leaves it alone: delete it by hand and retry", rec.SubDir, rec.Name, why)
+	}
+	return nil
 }
 
 // Expand records bytes as the capacity of the volume of id and returns its
@@ -1063,16 +1140,23 @@ func (a *Area) moveVerified(rec *Record, dst *os.Root, name string) error {
 // from rec's path, is rec's, and moves it back to the path otherwise.
 func (a *Area) verifyMoved(rec *Record, dst *os.Root, name string) error {
 	var why error
-	st, err := dst.Lstat(name)
+	var f *os.File
+	err := a.atDir(dst, func(fd int) (err error) {
+		f, err = openPathAt(fd, name)
+		return err
+	})
 	switch {
 	case err != nil:
 		return onShare(err, "check %q", name)
 	case rec.FileID != 0:
-		why = a.checkSealedAt(rec, st, dst, name)
+		why = a.checkSealedFile(rec, f)
 	default:
 		if w := a.unfinishedAt(dst, name); w != "" {
 			why = fault.New(fault.FailedPrecondition, "the directory at %q is not the one nfsdir made for %s: %s", rec.SubDir, rec.describe(), w)
 		}
+	}
+	if f != nil {
+		f.Close()
 	}
 	if why == nil {
 		return nil

@@ -611,3 +611,42 @@ func TestDiscardFillNeverTakesACompleteVolume(t *testing.T) {
 		t.Error("record gone")
 	}
 }
+
+// TestDeleteChecksWhatIsAtThePathThroughOneDescriptor: a DeleteVolume
+// that read the record itself (Lookup, then DeleteFound, as the
+// controller does) still refuses a volume directory that holds another
+// share's metadata area, and a symlink put in its place (never followed
+// to the volume's own directory, which it names), and touches neither.
+func TestDeleteChecksWhatIsAtThePathThroughOneDescriptor(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	nested, _ := a.Create(ctx, req("nested", "nested", params.Delete))
+	os.Mkdir(filepath.Join(dir, "nested", ".nfsdir"), 0o700)
+	linked, _ := a.Create(ctx, req("linked", "linked", params.Delete))
+	os.Rename(filepath.Join(dir, "linked"), filepath.Join(dir, "linked-moved"))
+	os.Symlink("linked-moved", filepath.Join(dir, "linked"))
+	for _, c := range []struct {
+		rec  *Record
+		want string
+	}{{nested, "root of another nfsdir share"}, {linked, "no longer a directory"}} {
+		rec, err := a.Lookup(idOf(c.rec))
+		if err != nil || rec == nil {
+			t.Fatalf("lookup %s: %v %v", c.rec.Name, rec, err)
+		}
+		if _, err := a.DeleteFound(ctx, idOf(c.rec), rec); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want FailedPrecondition %q", c.rec.Name, err, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nested", ".nfsdir")); err != nil {
+		t.Errorf("the nested share was touched: %v", err)
+	}
+	if l, err := os.Readlink(filepath.Join(dir, "linked")); err != nil || l != "linked-moved" {
+		t.Errorf("the symlink was touched: %q %v", l, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "linked-moved")); err != nil {
+		t.Errorf("the volume's own directory was touched: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, trashDir)); len(ents) != 0 {
+		t.Errorf("trash: %v", ents)
+	}
+}

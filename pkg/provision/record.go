@@ -223,6 +223,22 @@ func (d recordDir) Readlink(name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
+// Rename renames the record link oldname to newname in one renameat(2).
+// os.Root's Rename first looks newname up (to refuse replacing a
+// directory), one more LOOKUP through the controller's share mount; here
+// both names are links nfsdir writes, and renameat(2) refuses to put a
+// link over a directory by itself (EISDIR).
+func (d recordDir) Rename(oldname, newname string) error {
+	if d.file == nil || strings.Contains(oldname, "/") || strings.Contains(newname, "/") {
+		return d.Root.Rename(oldname, newname)
+	}
+	err := withHeld(d.file, func(fd int) error { return unix.Renameat(fd, oldname, fd, newname) })
+	if err != nil {
+		return &os.LinkError{Op: "renameat", Old: oldname, New: newname, Err: err}
+	}
+	return nil
+}
+
 // readRecord returns the record stored under key, or nil when there is none.
 func readRecord(volumes recordDir, key string) (*Record, error) {
 	return readAside(volumes, key, key)
@@ -412,12 +428,19 @@ func updateRecordIf(volumes recordDir, key, token string, change func(*Record) e
 // or drops it when key holds the same volume's record already (the
 // update's result).
 func settleUpdate(volumes recordDir, key, aside string) error {
+	_, err := settleUpdateFound(volumes, key, aside)
+	return err
+}
+
+// settleUpdateFound is settleUpdate, and reports whether a record was
+// held aside as aside.
+func settleUpdateFound(volumes recordDir, key, aside string) (found bool, err error) {
 	b, err := volumes.Readlink(aside)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return onShare(err, "read volume record %s", path.Join(volumesDir, aside))
+		return true, onShare(err, "read volume record %s", path.Join(volumesDir, aside))
 	}
 	var old Record
 	_ = json.Unmarshal([]byte(b), &old)
@@ -425,18 +448,18 @@ func settleUpdate(volumes recordDir, key, aside string) error {
 	if errors.Is(err, fs.ErrExist) {
 		cur, rerr := readRecord(volumes, key)
 		if rerr != nil {
-			return rerr
+			return true, rerr
 		}
 		if cur == nil || cur.Token != old.Token {
-			return fault.New(fault.Aborted, "the record of volume %q is held aside as %s while another record is at %s (a volume being created at the same directory, which fails); retry", old.Name, path.Join(volumesDir, aside), recordPath(key))
+			return true, fault.New(fault.Aborted, "the record of volume %q is held aside as %s while another record is at %s (a volume being created at the same directory, which fails); retry", old.Name, path.Join(volumesDir, aside), recordPath(key))
 		}
 		err = nil // the update's result is in place
 	}
 	if err != nil {
-		return onShare(err, "put volume record %s back as %s", path.Join(volumesDir, aside), recordPath(key))
+		return true, onShare(err, "put volume record %s back as %s", path.Join(volumesDir, aside), recordPath(key))
 	}
 	if err := volumes.Remove(aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return onShare(err, "remove volume record %s", path.Join(volumesDir, aside))
+		return true, onShare(err, "remove volume record %s", path.Join(volumesDir, aside))
 	}
-	return nil
+	return true, nil
 }

@@ -114,6 +114,12 @@ func (a *Area) UseRemote(r RemoteCopier, share string) {
 // only that one.
 func (a *Area) OnServer() { a.onServer = true }
 
+// FreshLookups marks an Area on a mount that asks the server for every
+// name (lookupcache=none, the controller's share mounts): a name it
+// resolves is never the client's memory of it, so no directory needs
+// opening first to revalidate the names in it (freshLstat).
+func (a *Area) FreshLookups() { a.freshLookups = true }
+
 // agentDeclined reports whether an agent's answer to MakeVolume or
 // RemoveVolume leaves the call to the controller: the agent does not do
 // it (Unimplemented), or cannot be reached (Unavailable). The agent is

@@ -248,6 +248,7 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 	if err != nil {
 		return nil, share, err
 	}
+	a.FreshLookups() // the share mount is lookupcache=none (sharemount.Get)
 	if s.copies.cfg.Remote != nil {
 		a.UseRemote(s.copies.cfg.Remote, e.Share)
 	}
