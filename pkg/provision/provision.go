@@ -378,13 +378,7 @@ func (a *Area) unfinishedAt(r *os.Root, dir string) string {
 // checkSealed fails when st, found at rec's path, is not the directory
 // sealed into rec.
 func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
-	return a.checkSealedAt(rec, st, a.root, rec.SubDir)
-}
-
-// checkSealedAt fails when st, found at rel below r, is not the directory
-// sealed into rec.
-func (a *Area) checkSealedAt(rec *Record, st fs.FileInfo, r *os.Root, rel string) error {
-	return a.checkSealedAs(rec, st, func() string { return a.handleDigest(r, rel) })
+	return a.checkSealedAs(rec, st, func() string { return a.handleDigest(a.root, rec.SubDir) })
 }
 
 // checkSealedFile fails when f, open (O_PATH will do) at rec's path or
