@@ -209,12 +209,19 @@ func (c *cluster) describePod(p *corev1.Pod) string {
 	}
 	for _, s := range p.Status.ContainerStatuses {
 		if s.RestartCount > 0 {
-			tail := int64(4096)
-			prev, err := c.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, Previous: true, LimitBytes: &tail}).DoRaw(context.Background())
+			prev, err := c.previousLog(p, s.Name)
 			fmt.Fprintf(&b, "  logs of the previous %s: %v\n%s\n", s.Name, err, prev)
 		}
 	}
 	return b.String()
+}
+
+// previousLog returns the log of a container's previous run (its first
+// 4 KiB: a run longer than that is not a first dial's).
+func (c *cluster) previousLog(p *corev1.Pod, container string) (string, error) {
+	tail := int64(4096)
+	b, err := c.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container, Previous: true, LimitBytes: &tail}).DoRaw(context.Background())
+	return string(b), err
 }
 
 // logsOf returns a container's log (the last 4 KiB).
