@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -799,10 +800,6 @@ func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 // was empty and removed there at once, purged later by a Purger: purge
 // reports whether the trash holds something for the Purger now.
 func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err error) {
-	if a.maker == nil {
-		// No agent to ask: the record is read where it is acted on.
-		return a.DeleteFound(ctx, id, nil)
-	}
 	rec, err := a.Lookup(id)
 	if err != nil {
 		return false, err
@@ -846,11 +843,17 @@ func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
 // with that policy. known is the record of id this call read from the
 // share a moment ago, or nil: it is then read here.
 func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (purge bool, err error) {
+	var pre deleteChecks
+	if known != nil && policy == "" {
+		pre = a.checkDelete(id, known)
+	}
 	// An update of the record (an expansion) may hold it aside: put it
 	// back, so that the record is found, and removed, here.
-	aside, err := settleUpdateFound(a.records(), id.Key, id.Key+updateSuffix+id.Token)
-	if err != nil {
-		return false, err
+	var aside bool
+	if !pre.done {
+		if aside, err = settleUpdateFound(a.records(), id.Key, id.Key+updateSuffix+id.Token); err != nil {
+			return false, err
+		}
 	}
 	rec := known
 	if rec == nil || aside {
@@ -871,18 +874,13 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (
 	}
 	// What is at the path, opened once (O_PATH): its attributes, handle
 	// and names are read through the descriptor.
-	f, err := a.freshOpenPath(rec.SubDir)
-	exists := err == nil
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("check %q: %w", rec.SubDir, err)
+	if !pre.done {
+		pre.exists, pre.pathErr = a.checkPath(rec)
 	}
-	if exists {
-		err := a.checkRemovable(rec, f)
-		f.Close()
-		if err != nil {
-			return false, err
-		}
+	if pre.pathErr != nil {
+		return false, pre.pathErr
 	}
+	exists := pre.exists
 	if exists {
 		switch rec.OnDelete {
 		case params.Retain:
@@ -897,12 +895,12 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (
 		// Also when nothing is at the path: an interrupted attempt may
 		// have left the directory pending in the trash.
 		StepHook("delete:move", rec.SubDir)
-		if purge, err = a.trashVolume(rec, id); err != nil {
+		if purge, err = a.trashVolume(rec, id, pre.noPending); err != nil {
 			return false, err
 		}
 	}
 	StepHook("delete:record", rec.SubDir)
-	if err := removeRecordIf(a.records(), id.Key, id.Token); err != nil {
+	if err := removeRecordChecked(a.records(), id.Key, id.Token, pre.noAside); err != nil {
 		return purge, err
 	}
 	if !rec.Shared {
@@ -912,6 +910,84 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (
 		a.pruneParents(rec.SubDir)
 	}
 	return purge, nil
+}
+
+// deleteChecks are the look-ups a DeleteVolume makes before it changes
+// anything, made at once (checkDelete) when the record is already known:
+// each is one round trip to the server, and none depends on another's
+// answer. done: they were made and no update holds the record aside (an
+// update's record may say otherwise than the one known, so the call then
+// makes them again, one after the other, from the record put back).
+type deleteChecks struct {
+	done      bool
+	exists    bool  // something is at the record's path (checkPath)
+	pathErr   error // why it may not be moved, or could not be checked
+	noPending bool  // the trash holds no pending entry of an interrupted attempt
+	noAside   bool  // no record of an interrupted removal is aside
+}
+
+// checkDelete makes deleteAs's first look-ups for the volume of id, whose
+// record rec this call read a moment ago, at the same time: the update
+// that may hold the record aside, what is at its path (opened, and
+// checked for rec's onDelete policy), a pending entry in the trash and a
+// record left aside by an interrupted removal. Whatever one finds other
+// than nothing is looked up again where it is acted on, as before.
+func (a *Area) checkDelete(id volumeid.ID, rec *Record) deleteChecks {
+	var c deleteChecks
+	var noUpdate bool
+	absent := func(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+	at := together
+	if a.onServer {
+		at = inTurn // no round trips to overlap on the server's own file system
+	}
+	at(
+		func() { c.exists, c.pathErr = a.checkPath(rec) },
+		func() { _, err := a.records().Readlink(id.Key + updateSuffix + id.Token); noUpdate = absent(err) },
+		func() { _, err := a.trash.Lstat(pendingPrefix + trashName(id)); c.noPending = absent(err) },
+		func() { _, err := a.records().Readlink(id.Key + asideSuffix + id.Token); c.noAside = absent(err) },
+	)
+	if !noUpdate {
+		return deleteChecks{}
+	}
+	c.done = true
+	return c
+}
+
+// inTurn runs fns one after the other.
+func inTurn(fns ...func()) {
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// together runs fns at once and returns when all have returned.
+func together(fns ...func()) {
+	var wg sync.WaitGroup
+	for _, fn := range fns[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn()
+		}()
+	}
+	fns[0]()
+	wg.Wait()
+}
+
+// checkPath opens what is at rec's path once (O_PATH), never following a
+// symlink, checks through that descriptor that it may be moved away for
+// rec's onDelete policy (checkRemovable) and closes it. Nothing at the
+// path: false and no error.
+func (a *Area) checkPath(rec *Record) (exists bool, err error) {
+	f, err := a.freshOpenPath(rec.SubDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("check %q: %w", rec.SubDir, err)
+	}
+	defer f.Close()
+	return true, a.checkRemovable(rec, f)
 }
 
 // checkRemovable fails when the directory open as f at rec's path must
@@ -1069,11 +1145,15 @@ func (a *Area) archive(rec *Record) error {
 // a pending name first, which the purge ignores, and, once it proved to be
 // rec's directory, removes it there if it is empty (the purge's whole work
 // for it, at the cost of one call) or gives it its final name for the
-// purge (purge true).
-func (a *Area) trashVolume(rec *Record, id volumeid.ID) (purge bool, err error) {
+// purge (purge true). noPending: the caller found no pending entry of an
+// interrupted attempt (checkDelete), and it is not looked up again.
+func (a *Area) trashVolume(rec *Record, id volumeid.ID, noPending bool) (purge bool, err error) {
 	final := trashName(id)
 	pending := pendingPrefix + final
-	if _, err := a.trash.Lstat(pending); errors.Is(err, fs.ErrNotExist) {
+	if !noPending {
+		_, err = a.trash.Lstat(pending)
+	}
+	if noPending || errors.Is(err, fs.ErrNotExist) {
 		err := a.moveVerified(rec, a.trash, pending)
 		if errors.Is(err, fs.ErrNotExist) {
 			// Gone meanwhile: an earlier attempt, or another

@@ -650,3 +650,66 @@ func TestDeleteChecksWhatIsAtThePathThroughOneDescriptor(t *testing.T) {
 		t.Errorf("trash: %v", ents)
 	}
 }
+
+// TestDeleteOfAKnownRecordActsOnWhatItsLookUpsFind: a DeleteVolume given
+// the record its caller read makes its first look-ups at once
+// (checkDelete); what they find is acted on as when they are made one
+// after the other. An update holding the record aside (one that changed
+// onDelete to retain since the caller read it) is put back and its record
+// followed: the directory stays. A pending entry of an interrupted attempt
+// is checked and finished, and a record left aside by an interrupted
+// removal is settled.
+func TestDeleteOfAKnownRecordActsOnWhatItsLookUpsFind(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	vols := filepath.Join(dir, volumesDir)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	made := func(name string) (*Record, Record) {
+		rec, err := a.Create(ctx, req(name, name, params.Delete))
+		must(err)
+		return rec, *rec
+	}
+	gone := func(what, p string) {
+		t.Helper()
+		if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+			t.Errorf("%s: %s is still there", what, p)
+		}
+	}
+
+	upd, known := made("upd")
+	_, err := a.Modify(idOf(upd), Change{OnDelete: params.Retain})
+	must(err)
+	must(os.Rename(filepath.Join(vols, upd.Key()), filepath.Join(vols, upd.Key()+updateSuffix+upd.Token)))
+	_, err = a.DeleteFound(ctx, idOf(upd), &known)
+	must(err)
+	if _, err := os.Stat(filepath.Join(dir, "upd")); err != nil {
+		t.Errorf("the directory of a volume an update set to retain was not retained: %v", err)
+	}
+	gone("update held aside", filepath.Join(volumesDir, upd.Key()+updateSuffix+upd.Token))
+	gone("update held aside", filepath.Join(volumesDir, upd.Key()))
+
+	pend, known := made("pend")
+	pending := filepath.Join(trashDir, pendingPrefix+trashName(idOf(pend)))
+	must(os.Rename(filepath.Join(dir, "pend"), filepath.Join(dir, pending)))
+	purge, err := a.DeleteFound(ctx, idOf(pend), &known)
+	if err != nil || purge {
+		t.Errorf("delete after an interrupted move = purge %v, %v; want the empty directory removed at once", purge, err)
+	}
+	gone("pending entry", pending)
+	gone("pending entry", filepath.Join(volumesDir, pend.Key()))
+
+	asd, known := made("asd")
+	text, err := os.Readlink(filepath.Join(vols, asd.Key()))
+	must(err)
+	must(os.Symlink(text, filepath.Join(vols, asd.Key()+asideSuffix+asd.Token)))
+	_, err = a.DeleteFound(ctx, idOf(asd), &known)
+	must(err)
+	gone("record aside", filepath.Join(volumesDir, asd.Key()+asideSuffix+asd.Token))
+	gone("record aside", filepath.Join(volumesDir, asd.Key()))
+	gone("record aside", "asd")
+}

@@ -340,9 +340,18 @@ const asideSuffix = ".del."
 // meanwhile. A caller delayed for any time (a deposed leader) can so only
 // ever remove the record it read.
 func removeRecordIf(volumes recordDir, key, token string) error {
+	return removeRecordChecked(volumes, key, token, false)
+}
+
+// removeRecordChecked is removeRecordIf; noAside: the caller looked up
+// the name an interrupted earlier removal would have left the record
+// under, and found nothing there.
+func removeRecordChecked(volumes recordDir, key, token string, noAside bool) error {
 	aside := key + asideSuffix + token
-	if err := settleAside(volumes, key, aside, token); err != nil { // an interrupted earlier attempt
-		return err
+	if !noAside {
+		if err := settleAside(volumes, key, aside, token); err != nil { // an interrupted earlier attempt
+			return err
+		}
 	}
 	if err := volumes.Rename(key, aside); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
