@@ -290,6 +290,13 @@ func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration) 
 	r := b.cdRound("far", p, vc)
 	add(fmt.Sprintf("CreateVolume p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, calls(r.createsOwn, r.createsAll, mkN))
 	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, calls(r.deletesOwn, r.deletesAll, rmN))
+	// One level down, as a subDir template by namespace makes them: the
+	// checks that no volume, shared directory or share lies above.
+	nested := maps.Clone(p)
+	nested["subDir"] = "team/${pv.metadata.name}"
+	r = b.cdRound("far-nested", nested, vc)
+	add(fmt.Sprintf("CreateVolume p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, calls(r.createsOwn, r.createsAll, mkN))
+	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, calls(r.deletesOwn, r.deletesAll, rmN))
 	b.agentRound(where, fmt.Sprintf("127.0.0.1:%d", agent.Port), p, vc, mk, rm, mkN, rmN)
 }
 
