@@ -219,12 +219,14 @@ func (c *cluster) describePod(p *corev1.Pod) string {
 // previousLog returns the log of a container's previous run (its first
 // 4 KiB: a run longer than that is not a first dial's).
 func (c *cluster) previousLog(p *corev1.Pod, container string) (string, error) {
-	tail := int64(4096)
-	b, err := c.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container, Previous: true, LimitBytes: &tail}).DoRaw(context.Background())
+	first := int64(4096)
+	b, err := c.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container, Previous: true, LimitBytes: &first}).DoRaw(context.Background())
 	return string(b), err
 }
 
-// logsOf returns a container's log (the last 4 KiB).
+// logsOf returns a container's log: its first 4 KiB through the API
+// (LimitBytes counts from the start), the last 4 KiB of the node's files
+// when the API server cannot reach the kubelet.
 func (c *cluster) logsOf(ns, pod, container string) string {
 	tail := int64(4096)
 	b, err := c.kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, LimitBytes: &tail}).DoRaw(context.Background())
