@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -480,9 +481,15 @@ func (a *Area) dropRecord(key string, rec *Record) {
 // path later is never taken for it, then gives it rec's owner and mode.
 // All of it goes through one descriptor of the directory: what gets the
 // owner and mode is what was sealed, whatever happens to the name
-// meanwhile, and the server is asked for the name once.
+// meanwhile, and the server is asked for the name once. The descriptor
+// is O_PATH where its mode can be set through /proc (setModeOpen): opening
+// it then asks no permission of the server (through NFS, no ACCESS call).
 func (a *Area) seal(key string, rec *Record) error {
-	d, err := a.openDir(rec.SubDir)
+	open := a.openDir
+	if procFDs() {
+		open = a.openDirPath
+	}
+	d, err := open(rec.SubDir)
 	if err != nil {
 		return onShare(err, "open %q", rec.SubDir)
 	}
@@ -508,12 +515,12 @@ func (a *Area) seal(key string, rec *Record) error {
 	}
 	*rec = sealed
 	if rec.UID >= 0 || rec.GID >= 0 {
-		if err := d.Chown(rec.UID, rec.GID); err != nil {
-			return onShare(err, "set owner %d:%d of %q", rec.UID, rec.GID, rec.SubDir)
+		if err := unix.Fchownat(int(d.Fd()), "", rec.UID, rec.GID, unix.AT_EMPTY_PATH); err != nil {
+			return onShare(&fs.PathError{Op: "chown", Path: rec.SubDir, Err: err}, "set owner %d:%d of %q", rec.UID, rec.GID, rec.SubDir)
 		}
 	}
 	// Chmod after chown: chown clears the setgid bit.
-	if err := d.Chmod(modeBits(rec.Mode)); err != nil {
+	if err := setModeOpen(d, modeBits(rec.Mode)); err != nil {
 		return onShare(err, "set mode %04o of %q", rec.Mode, rec.SubDir)
 	}
 	return nil
@@ -534,6 +541,41 @@ func (a *Area) openDir(rel string) (*os.File, error) {
 		return nil, fmt.Errorf("open %q: %w", rel, err)
 	}
 	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// openDirPath opens the directory rel of the share as openDir does, with
+// O_PATH: for its attributes, handle, owner and mode only.
+func (a *Area) openDirPath(rel string) (*os.File, error) {
+	var fd int
+	err := a.atParent(rel, func(parent int) (err error) {
+		fd, err = unix.Openat(parent, path.Base(rel), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fs.ErrNotExist
+		}
+		return nil, fmt.Errorf("open %q: %w", rel, err)
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// procFDs reports whether /proc/self/fd is there to reach a descriptor's
+// file by (setModeOpen).
+var procFDs = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/self/fd")
+	return err == nil
+})
+
+// setModeOpen sets the mode of the file open as f, which may be an O_PATH
+// descriptor (fchmod refuses those): through /proc/self/fd, whose link
+// leads to the open file itself and never to whatever now holds its name.
+// (fchmodat2 with AT_EMPTY_PATH would do without /proc, from Linux 6.6.)
+func setModeOpen(f *os.File, mode os.FileMode) error {
+	if err := f.Chmod(mode); !errors.Is(err, unix.EBADF) {
+		return err
+	}
+	return os.Chmod("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), mode)
 }
 
 // openPathAt opens name in the directory open as dir for its attributes,
@@ -900,16 +942,30 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (
 		}
 	}
 	StepHook("delete:record", rec.SubDir)
-	if err := removeRecordChecked(a.records(), id.Key, id.Token, pre.noAside); err != nil {
-		return purge, err
+	// The record's removal, the usage figure's and the parents' pruning
+	// act on different names and none waits for another: the directory
+	// has left its path already (or stays, retained or archived, and
+	// then nothing is pruned), and a figure is counted data, which the
+	// accountant counts again for a record a failed removal leaves.
+	var recErr error
+	tail := []func(){func() { recErr = removeRecordChecked(a.records(), id.Key, id.Token, pre.noAside) }}
+	if !rec.Shared && !pre.noFigure {
+		tail = append(tail, func() { a.dropFigure(id.Key, id.Token) })
 	}
-	if !rec.Shared {
-		a.dropFigure(id.Key, id.Token)
+	if rec.OnDelete != params.Retain && !pre.noMarker {
+		tail = append(tail, func() { a.pruneParents(rec.SubDir) })
 	}
-	if rec.OnDelete != params.Retain {
-		a.pruneParents(rec.SubDir)
+	a.atOnce()(tail...)
+	return purge, recErr
+}
+
+// atOnce returns together, or inTurn on the server's own file system
+// (OnServer), where there are no round trips to overlap.
+func (a *Area) atOnce() func(...func()) {
+	if a.onServer {
+		return inTurn
 	}
-	return purge, nil
+	return together
 }
 
 // deleteChecks are the look-ups a DeleteVolume makes before it changes
@@ -924,6 +980,8 @@ type deleteChecks struct {
 	pathErr   error // why it may not be moved, or could not be checked
 	noPending bool  // the trash holds no pending entry of an interrupted attempt
 	noAside   bool  // no record of an interrupted removal is aside
+	noFigure  bool  // no usage figure is stored under the record's key
+	noMarker  bool  // the directory's parent is not one nfsdir made (or there is none)
 }
 
 // checkDelete makes deleteAs's first look-ups for the volume of id, whose
@@ -931,21 +989,29 @@ type deleteChecks struct {
 // that may hold the record aside, what is at its path (opened, and
 // checked for rec's onDelete policy), a pending entry in the trash and a
 // record left aside by an interrupted removal. Whatever one finds other
-// than nothing is looked up again where it is acted on, as before.
+// than nothing is looked up again where it is acted on, as before. The
+// usage figure and the parent's marker are looked up with them: what
+// was absent then is not looked up again at the end (a figure stored
+// meanwhile is the accountant's to drop; a parent holds the volume's
+// directory until it moves, so no one makes it, nor marks it, meanwhile).
 func (a *Area) checkDelete(id volumeid.ID, rec *Record) deleteChecks {
 	var c deleteChecks
 	var noUpdate bool
 	absent := func(err error) bool { return errors.Is(err, fs.ErrNotExist) }
-	at := together
-	if a.onServer {
-		at = inTurn // no round trips to overlap on the server's own file system
-	}
-	at(
+	c.noMarker = true
+	checks := []func(){
 		func() { c.exists, c.pathErr = a.checkPath(rec) },
 		func() { _, err := a.records().Readlink(id.Key + updateSuffix + id.Token); noUpdate = absent(err) },
 		func() { _, err := a.trash.Lstat(pendingPrefix + trashName(id)); c.noPending = absent(err) },
 		func() { _, err := a.records().Readlink(id.Key + asideSuffix + id.Token); c.noAside = absent(err) },
-	)
+	}
+	if !rec.Shared {
+		checks = append(checks, func() { c.noFigure = a.figureAbsent(id.Key) })
+	}
+	if parents := safepath.Parents(rec.SubDir); len(parents) > 0 && rec.OnDelete != params.Retain {
+		checks = append(checks, func() { _, err := a.parents.Lstat(parentMarker(parents[0])); c.noMarker = absent(err) })
+	}
+	a.atOnce()(checks...)
 	if !noUpdate {
 		return deleteChecks{}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -712,4 +714,55 @@ func TestDeleteOfAKnownRecordActsOnWhatItsLookUpsFind(t *testing.T) {
 	gone("record aside", filepath.Join(volumesDir, asd.Key()+asideSuffix+asd.Token))
 	gone("record aside", filepath.Join(volumesDir, asd.Key()))
 	gone("record aside", "asd")
+}
+
+// TestDeleteEndsWithTheFigureAndTheParentsItMade: the last steps of a
+// DeleteVolume, made at once with the record's removal, still drop the
+// volume's usage figure and prune the parent nfsdir made once it is empty,
+// and never a parent it did not make; the directory got its mode (setgid
+// included) through the descriptor it was sealed through.
+func TestDeleteEndsWithTheFigureAndTheParentsItMade(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	os.Mkdir(filepath.Join(dir, "premade"), 0o755)
+	var recs []*Record
+	for _, sub := range []string{"team/a", "team/b", "premade/c"} {
+		rec, err := a.Create(ctx, req(path.Base(sub), sub, params.Delete))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Lstat(filepath.Join(dir, sub))
+		if err != nil || st.Mode()&(fs.ModePerm|fs.ModeSetgid|fs.ModeSetuid|fs.ModeSticky) != 0o770|fs.ModeSetgid {
+			t.Fatalf("%s: mode %v, %v; want drwxrws---", sub, st.Mode(), err)
+		}
+		if _, _, _, err := countKey(ctx, a, rec.Key()); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	figure := func(rec *Record) bool {
+		_, err := os.Lstat(filepath.Join(dir, safepath.MetaDir, usageName, rec.Key()))
+		return err == nil
+	}
+	for i, rec := range recs {
+		if !figure(rec) {
+			t.Fatalf("%s: no figure after its count", rec.SubDir)
+		}
+		if _, err := a.Delete(ctx, idOf(rec)); err != nil {
+			t.Fatal(err)
+		}
+		if figure(rec) {
+			t.Errorf("%s: its usage figure outlived the volume", rec.SubDir)
+		}
+		_, err := os.Stat(filepath.Join(dir, "team"))
+		if teamLeft := i == 0; (err == nil) != teamLeft {
+			t.Errorf("after deleting %s: team/ %v, want it there %v", rec.SubDir, err, teamLeft)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, safepath.MetaDir, "parents", parentMarker("team"))); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the marker of the pruned parent: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "premade")); err != nil {
+		t.Error("removed a parent nfsdir did not create")
+	}
 }

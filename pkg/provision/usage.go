@@ -313,6 +313,17 @@ func (a *Area) DropFigures(keys []string) {
 	}
 }
 
+// figureAbsent reports whether no usage figure is stored under key (nor
+// a usage directory to hold one): dropFigure would find nothing to drop.
+func (a *Area) figureAbsent(key string) bool {
+	dir, err := a.usageDir(false)
+	if err != nil {
+		return true
+	}
+	_, err = dir.Lstat(key)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
 // dropFigure removes the figure of the deleted volume (key, token), and
 // not one counted since for a later volume of the same directory.
 func (a *Area) dropFigure(key, token string) {
