@@ -257,19 +257,9 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 			// The quota goes first, while the agent can still find the
 			// directory by its record; a project left with limits
 			// would never be given again.
-			// A volume an agent made for this controller is known
-			// without reading the share; the agent reads its record.
-			rec := a.Made(id)
-			if rec == nil {
-				var err error
-				if rec, err = a.Lookup(id); err != nil {
-					return err
-				}
-			}
-			if err := s.clearQuota(ctx, id.Export, rec); err != nil {
-				return err
-			}
-			purge, err := a.DeleteFound(ctx, id, rec)
+			purge, err := a.DeleteWith(ctx, id, func(rec *provision.Record) error {
+				return s.clearQuota(ctx, id.Export, rec)
+			})
 			if err != nil {
 				return err
 			}

@@ -51,6 +51,47 @@ type Area struct {
 
 	madeMu sync.Mutex
 	made   map[string]*Record // volumes agents made for this Area, by key.token (Made)
+
+	dirsMu sync.Mutex
+	dirs   map[string]string // the directories of volumes, by record key (knownDir)
+}
+
+// maxKnownDirs bounds what knownDir remembers: about 100 bytes each.
+const maxKnownDirs = 1 << 16
+
+// learnDir remembers the directory of the exclusive volume rec, just read
+// from or written to the share, by its record key.
+func (a *Area) learnDir(rec *Record) {
+	if rec == nil || rec.Shared || rec.SharedDir || rec.SubDir == "" {
+		return
+	}
+	a.dirsMu.Lock()
+	defer a.dirsMu.Unlock()
+	if a.dirs == nil {
+		a.dirs = map[string]string{}
+	}
+	if _, ok := a.dirs[rec.Key()]; !ok && len(a.dirs) >= maxKnownDirs {
+		for k := range a.dirs { // any one: the map's order is random
+			delete(a.dirs, k)
+			break
+		}
+	}
+	a.dirs[rec.Key()] = rec.SubDir
+}
+
+// knownDir returns the directory of the exclusive volume whose record key
+// is key, when this Area has seen its record. An exclusive volume's key is
+// derived from its directory alone (volumeid.KeyForDir), so every record
+// under key, of any token, names that directory: the answer is checked
+// against the key and never stale.
+func (a *Area) knownDir(key string) (string, bool) {
+	a.dirsMu.Lock()
+	subDir, ok := a.dirs[key]
+	a.dirsMu.Unlock()
+	if !ok || volumeid.KeyForDir(subDir) != key {
+		return "", false
+	}
+	return subDir, true
 }
 
 // ErrNoArea is returned by OpenArea without create when the share has no

@@ -165,6 +165,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.learnDir(rec)
 	return rec, nil
 }
 
@@ -830,6 +831,7 @@ func parentMarker(p string) string {
 // a later volume of the same name and counts as not found.
 func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 	rec, err := readRecord(a.records(), id.Key)
+	a.learnDir(rec)
 	if err != nil || rec == nil || rec.Token != id.Token || rec.SharedDir {
 		return nil, err
 	}
@@ -842,11 +844,29 @@ func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 // was empty and removed there at once, purged later by a Purger: purge
 // reports whether the trash holds something for the Purger now.
 func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err error) {
-	rec, err := a.Lookup(id)
-	if err != nil {
-		return false, err
+	return a.DeleteWith(ctx, id, nil)
+}
+
+// DeleteWith is Delete, calling before (when set) with the volume's record
+// (nil: none) before anything changes; its error ends the call. A volume
+// an agent made for this Area is known without reading the share (Made).
+// Otherwise the record is read, and, when the volume's directory is known
+// from its key (knownDir), the look-ups DeleteVolume begins with go to the
+// server at the same time as that read (lookUpToDelete).
+func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge bool, err error) {
+	rec := a.Made(id)
+	var pre *deleteChecks
+	if rec == nil {
+		if rec, pre, err = a.lookUpToDelete(id); err != nil {
+			return false, err
+		}
 	}
-	return a.DeleteFound(ctx, id, rec)
+	if before != nil {
+		if err := before(rec); err != nil {
+			return false, err
+		}
+	}
+	return a.deleteFound(ctx, id, rec, pre)
 }
 
 // DeleteFound is Delete of the volume of id that Lookup found as rec (nil:
@@ -857,14 +877,20 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err erro
 // read unless an update held the record aside meanwhile, or rec came
 // from an agent (Made) or a call to one came between.
 func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (purge bool, err error) {
+	return a.deleteFound(ctx, id, rec, nil)
+}
+
+// deleteFound is DeleteFound; pre, when set, holds the look-ups made
+// with the record's read (lookUpToDelete).
+func (a *Area) deleteFound(ctx context.Context, id volumeid.ID, rec *Record, pre *deleteChecks) (purge bool, err error) {
 	done, purge, err := a.removeRemote(ctx, id, rec)
 	if !done {
 		// rec was read from the share a moment ago in this call, unless
 		// an agent had it (Made) or was asked meanwhile: read it again.
 		if rec != nil && (rec.CopyAgent != "" || rec.QuotaAgent != "") {
-			rec = nil
+			rec, pre = nil, nil
 		}
-		purge, err = a.deleteAs(id, "", rec)
+		purge, err = a.deleteAs(id, "", rec, pre)
 	}
 	if err == nil {
 		a.forgetMade(id)
@@ -872,22 +898,53 @@ func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (pu
 	return purge, err
 }
 
+// lookUpToDelete reads the record of id (nil: none) for a DeleteVolume.
+// When the volume's directory is known from its key (knownDir), the
+// call's first look-ups (checkDelete's) go to the server at the same
+// time, and come back as pre; whatever the record then says is checked
+// against what they found, and they are made again, after the read, if
+// the record is not the one they were made for.
+func (a *Area) lookUpToDelete(id volumeid.ID) (rec *Record, pre *deleteChecks, err error) {
+	subDir, ok := a.knownDir(id.Key)
+	if !ok || a.onServer {
+		rec, err = a.Lookup(id)
+		return rec, nil, err
+	}
+	var c deleteChecks
+	a.atOnce()(
+		func() { rec, err = a.Lookup(id) },
+		func() { c = a.checkDelete(id, subDir, true) },
+	)
+	if err != nil || rec == nil {
+		return rec, nil, err
+	}
+	return rec, &c, nil
+}
+
 // DiscardFill removes a volume whose fill from a snapshot or volume never
 // completed, whatever its onDelete policy: nobody was ever given it, and a
 // half-filled directory left in place would pass for data. A complete
 // volume is FailedPrecondition: it is never discarded.
 func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
-	_, err := a.deleteAs(id, params.Delete, nil)
+	_, err := a.deleteAs(id, params.Delete, nil, nil)
 	return err
 }
 
 // deleteAs is Delete; with policy set, only an unfinished fill is deleted,
 // with that policy. known is the record of id this call read from the
-// share a moment ago, or nil: it is then read here.
-func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (purge bool, err error) {
+// share a moment ago, or nil: it is then read here. early, when set,
+// holds the look-ups made at the same time as that read.
+func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, early *deleteChecks) (purge bool, err error) {
 	var pre deleteChecks
 	if known != nil && policy == "" {
-		pre = a.checkDelete(id, known)
+		if early != nil && early.subDir == known.SubDir && !known.Shared {
+			pre = *early
+		} else {
+			pre = a.checkDelete(id, known.SubDir, known.OnDelete != params.Retain)
+		}
+		if pre.done {
+			pre.pathErr = a.judgePath(known, pre.path)
+		}
 	}
 	// An update of the record (an expansion) may hold it aside: put it
 	// back, so that the record is found, and removed, here.
@@ -917,12 +974,13 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record) (
 	// What is at the path, opened once (O_PATH): its attributes, handle
 	// and names are read through the descriptor.
 	if !pre.done {
-		pre.exists, pre.pathErr = a.checkPath(rec)
+		pre.path = a.probePath(rec.SubDir, rec.OnDelete != params.Retain)
+		pre.pathErr = a.judgePath(rec, pre.path)
 	}
 	if pre.pathErr != nil {
 		return false, pre.pathErr
 	}
-	exists := pre.exists
+	exists := pre.path.exists
 	if exists {
 		switch rec.OnDelete {
 		case params.Retain:
@@ -969,46 +1027,47 @@ func (a *Area) atOnce() func(...func()) {
 }
 
 // deleteChecks are the look-ups a DeleteVolume makes before it changes
-// anything, made at once (checkDelete) when the record is already known:
-// each is one round trip to the server, and none depends on another's
-// answer. done: they were made and no update holds the record aside (an
-// update's record may say otherwise than the one known, so the call then
-// makes them again, one after the other, from the record put back).
+// anything, made at once (checkDelete) when the volume's directory is
+// known: each is one round trip to the server, and none depends on
+// another's answer. done: they were made and no update holds the record
+// aside (an update's record may say otherwise than the one known, so the
+// call then makes them again, one after the other, from the record put
+// back).
 type deleteChecks struct {
 	done      bool
-	exists    bool  // something is at the record's path (checkPath)
-	pathErr   error // why it may not be moved, or could not be checked
-	noPending bool  // the trash holds no pending entry of an interrupted attempt
-	noAside   bool  // no record of an interrupted removal is aside
-	noFigure  bool  // no usage figure is stored under the record's key
-	noMarker  bool  // the directory's parent is not one nfsdir made (or there is none)
+	subDir    string    // the directory they were made for
+	path      pathProbe // what is at subDir
+	pathErr   error     // why it may not be moved (judgePath, once the record is known)
+	noPending bool      // the trash holds no pending entry of an interrupted attempt
+	noAside   bool      // no record of an interrupted removal is aside
+	noFigure  bool      // no usage figure is stored under the record's key
+	noMarker  bool      // the directory's parent is not one nfsdir made (or there is none)
 }
 
 // checkDelete makes deleteAs's first look-ups for the volume of id, whose
-// record rec this call read a moment ago, at the same time: the update
-// that may hold the record aside, what is at its path (opened, and
-// checked for rec's onDelete policy), a pending entry in the trash and a
-// record left aside by an interrupted removal. Whatever one finds other
-// than nothing is looked up again where it is acted on, as before. The
-// usage figure and the parent's marker are looked up with them: what
-// was absent then is not looked up again at the end (a figure stored
-// meanwhile is the accountant's to drop; a parent holds the volume's
-// directory until it moves, so no one makes it, nor marks it, meanwhile).
-func (a *Area) checkDelete(id volumeid.ID, rec *Record) deleteChecks {
-	var c deleteChecks
+// directory is subDir, at the same time: the update that may hold the
+// record aside, what is at its path (probePath), a pending entry in the
+// trash and a record left aside by an interrupted removal. Whatever one
+// finds other than nothing is looked up again where it is acted on, as
+// before. The usage figure and the parent's marker are looked up with
+// them: what was absent then is not looked up again at the end (a figure
+// stored meanwhile is the accountant's to drop; a parent holds the
+// volume's directory until it moves, so no one makes it, nor marks it,
+// meanwhile). None of them needs the record: they may be made while it
+// is read (lookUpToDelete). forRemoval: the directory may be moved away
+// (unknown, or not retained).
+func (a *Area) checkDelete(id volumeid.ID, subDir string, forRemoval bool) deleteChecks {
+	c := deleteChecks{subDir: subDir, noMarker: true}
 	var noUpdate bool
 	absent := func(err error) bool { return errors.Is(err, fs.ErrNotExist) }
-	c.noMarker = true
 	checks := []func(){
-		func() { c.exists, c.pathErr = a.checkPath(rec) },
+		func() { c.path = a.probePath(subDir, forRemoval) },
 		func() { _, err := a.records().Readlink(id.Key + updateSuffix + id.Token); noUpdate = absent(err) },
 		func() { _, err := a.trash.Lstat(pendingPrefix + trashName(id)); c.noPending = absent(err) },
 		func() { _, err := a.records().Readlink(id.Key + asideSuffix + id.Token); c.noAside = absent(err) },
+		func() { c.noFigure = a.figureAbsent(id.Key) },
 	}
-	if !rec.Shared {
-		checks = append(checks, func() { c.noFigure = a.figureAbsent(id.Key) })
-	}
-	if parents := safepath.Parents(rec.SubDir); len(parents) > 0 && rec.OnDelete != params.Retain {
+	if parents := safepath.Parents(subDir); len(parents) > 0 {
 		checks = append(checks, func() { _, err := a.parents.Lstat(parentMarker(parents[0])); c.noMarker = absent(err) })
 	}
 	a.atOnce()(checks...)
@@ -1040,36 +1099,60 @@ func together(fns ...func()) {
 	wg.Wait()
 }
 
-// checkPath opens what is at rec's path once (O_PATH), never following a
-// symlink, checks through that descriptor that it may be moved away for
-// rec's onDelete policy (checkRemovable) and closes it. Nothing at the
-// path: false and no error.
-func (a *Area) checkPath(rec *Record) (exists bool, err error) {
-	f, err := a.freshOpenPath(rec.SubDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("check %q: %w", rec.SubDir, err)
-	}
-	defer f.Close()
-	return true, a.checkRemovable(rec, f)
+// pathProbe is what probePath found at a volume's path.
+type pathProbe struct {
+	exists    bool        // something is there
+	err       error       // it could not be looked at
+	st        fs.FileInfo // its attributes
+	handle    string      // the digest of its file handle ("" when none)
+	shareRoot bool        // it holds another share's metadata directory
 }
 
-// checkRemovable fails when the directory open as f at rec's path must
-// not be moved away for rec's onDelete policy (retain moves nothing): it
-// is another share's root, or not the directory sealed into rec (or,
-// for an older record without a seal, not provably nfsdir's).
-func (a *Area) checkRemovable(rec *Record, f *os.File) error {
-	if rec.OnDelete == params.Retain {
+// probePath opens what is at the share's path subDir once (O_PATH), never
+// following a symlink, reads its attributes and file handle through that
+// descriptor, looks for another share's metadata directory in it, and
+// closes it: everything judgePath needs, without the record. shareRoot is
+// looked for only with forRemoval (a retained directory stays whatever it
+// holds).
+func (a *Area) probePath(subDir string, forRemoval bool) (p pathProbe) {
+	f, err := a.freshOpenPath(subDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return p
+	}
+	p.exists = true
+	if err != nil {
+		p.err = fmt.Errorf("check %q: %w", subDir, err)
+		return p
+	}
+	defer f.Close()
+	if p.st, err = f.Stat(); err != nil {
+		p.err = onShare(err, "check %q", subDir)
+		return p
+	}
+	p.handle = fdHandleDigest(f)
+	if forRemoval && p.st.IsDir() {
+		var st unix.Stat_t
+		p.shareRoot = unix.Fstatat(int(f.Fd()), safepath.MetaDir, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+	}
+	return p
+}
+
+// judgePath fails when what probePath found at rec's path must not be
+// moved away for rec's onDelete policy (retain moves nothing): it is
+// another share's root, or not the directory sealed into rec (or, for an
+// older record without a seal, not provably nfsdir's).
+func (a *Area) judgePath(rec *Record, p pathProbe) error {
+	if !p.exists {
 		return nil
 	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(int(f.Fd()), safepath.MetaDir, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+	if p.err != nil || rec.OnDelete == params.Retain {
+		return p.err
+	}
+	if p.shareRoot {
 		return fault.New(fault.FailedPrecondition, "volume %q: its directory %q is the root of another nfsdir share (it holds %s): a StorageClass uses it as its share, and nfsdir will not %s it; point that StorageClass elsewhere or move its data out first", rec.Name, rec.SubDir, safepath.MetaDir, rec.OnDelete)
 	}
 	if rec.FileID != 0 {
-		return a.checkSealedFile(rec, f)
+		return a.checkSealedAs(rec, p.st, func() string { return p.handle })
 	}
 	if why := a.unfinished(rec.SubDir); why != "" {
 		// Made by an older nfsdir that sealed after chmod, or not

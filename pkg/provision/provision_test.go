@@ -766,3 +766,87 @@ func TestDeleteEndsWithTheFigureAndTheParentsItMade(t *testing.T) {
 		t.Error("removed a parent nfsdir did not create")
 	}
 }
+
+// TestDeleteLooksUpWhileItReadsTheRecord: a DeleteVolume of a volume whose
+// directory the Area knows from its key (its record was read or written
+// here before) makes its first look-ups while it reads the record; what
+// they find is judged by the record read, as when they follow it. An
+// update holding the record aside (one that set onDelete to retain) is
+// followed, a replaced directory and one holding another share's root
+// are refused and left in place, and a record that is not the caller's
+// (a later volume's, same directory) is never acted on.
+func TestDeleteLooksUpWhileItReadsTheRecord(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	vols := filepath.Join(dir, volumesDir)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	made := func(name string) *Record {
+		t.Helper()
+		rec, err := a.Create(ctx, req(name, name, params.Delete))
+		must(err)
+		if got, ok := a.knownDir(rec.Key()); !ok || got != name {
+			t.Fatalf("knownDir(%s) = %q %v after its creation", name, got, ok)
+		}
+		return rec
+	}
+	there := func(what, p string) {
+		t.Helper()
+		if _, err := os.Lstat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s: %s: %v", what, p, err)
+		}
+	}
+
+	upd := made("upd")
+	_, err := a.Modify(idOf(upd), Change{OnDelete: params.Retain})
+	must(err)
+	must(os.Rename(filepath.Join(vols, upd.Key()), filepath.Join(vols, upd.Key()+updateSuffix+upd.Token)))
+	_, err = a.Delete(ctx, idOf(upd))
+	must(err)
+	there("a volume an update set to retain", "upd")
+	// The same, with the record read before the update moved it aside and
+	// the look-ups made after: they find the update, and the call follows it.
+	upd2 := made("upd2")
+	known := *upd2
+	_, err = a.Modify(idOf(upd2), Change{OnDelete: params.Retain})
+	must(err)
+	must(os.Rename(filepath.Join(vols, upd2.Key()), filepath.Join(vols, upd2.Key()+updateSuffix+upd2.Token)))
+	early := a.checkDelete(idOf(upd2), "upd2", true)
+	_, err = a.deleteFound(ctx, idOf(upd2), &known, &early)
+	must(err)
+	there("a volume an update set to retain", "upd2")
+
+	repl := made("repl")
+	must(os.Rename(filepath.Join(dir, "repl"), filepath.Join(dir, "repl-old")))
+	must(os.Mkdir(filepath.Join(dir, "repl"), 0o700))
+	if _, err := a.Delete(ctx, idOf(repl)); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "replaced") {
+		t.Errorf("delete of a replaced directory: %v, want FailedPrecondition (replaced)", err)
+	}
+	there("a replaced directory", "repl")
+
+	nested := made("nested")
+	must(os.Mkdir(filepath.Join(dir, "nested", safepath.MetaDir), 0o700))
+	if _, err := a.Delete(ctx, idOf(nested)); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "root of another nfsdir share") {
+		t.Errorf("delete of another share's root: %v, want FailedPrecondition", err)
+	}
+	there("another share's root", filepath.Join("nested", safepath.MetaDir))
+
+	old := made("again")
+	_, err = a.Delete(ctx, idOf(old))
+	must(err)
+	later := made("again")
+	if purge, err := a.Delete(ctx, idOf(old)); err != nil || !purge {
+		t.Errorf("a delayed DeleteVolume of the earlier volume: purge %v, %v", purge, err)
+	}
+	there("a later volume of the same directory", "again")
+	if got, err := a.Lookup(idOf(later)); err != nil || got == nil {
+		t.Errorf("the later volume's record: %v %v", got, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, trashDir)); len(ents) != 0 {
+		t.Errorf("trash: %v", ents)
+	}
+}

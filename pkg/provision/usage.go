@@ -164,7 +164,11 @@ func listNames(r *os.Root) ([]string, error) {
 }
 
 // Record returns the record stored under key, or nil.
-func (a *Area) Record(key string) (*Record, error) { return readRecord(a.records(), key) }
+func (a *Area) Record(key string) (*Record, error) {
+	rec, err := readRecord(a.records(), key)
+	a.learnDir(rec)
+	return rec, err
+}
 
 // Count counts, with w, what the directory of rec (the record under key,
 // read by the caller; nil: none) uses, and stores the figure. counted is
