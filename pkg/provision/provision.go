@@ -97,13 +97,13 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if rec, done, err := a.makeRemote(ctx, req); done {
 		return rec, err
 	}
-	if err := a.checkNotNested(req.SubDir); err != nil {
-		return nil, err
-	}
-	if err := a.checkNoShareAbove(req.SubDir); err != nil {
-		return nil, err
-	}
-	if err := a.checkKind(req); err != nil {
+	// Three checks that only look (records above, shares above, the
+	// other kind's record), made at once below a parent.
+	if err := a.firstError(len(safepath.Parents(req.SubDir)) > 0,
+		func() error { return a.checkNotNested(req.SubDir) },
+		func() error { return a.checkNoShareAbove(req.SubDir) },
+		func() error { return a.checkKind(req) },
+	); err != nil {
 		return nil, err
 	}
 	if req.Shared && req.Source != nil {
@@ -246,8 +246,10 @@ func (a *Area) recheckNesting(rec *Record) error {
 	if len(safepath.Parents(rec.SubDir)) == 0 {
 		return nil // at the share root: nothing can lie around it
 	}
-	if d, err := a.volumes.Open("."); err == nil {
-		d.Close()
+	if !a.onServer && !a.freshLookups {
+		if d, err := a.volumes.Open("."); err == nil {
+			d.Close()
+		}
 	}
 	err := a.checkNotNested(rec.SubDir)
 	if err != nil {
@@ -288,10 +290,10 @@ const newDirPerm = 0o500
 // the path is someone else's.
 func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 	StepHook("create:dir", rec.SubDir)
-	if err := a.makeParents(rec.SubDir); err != nil {
-		return err
-	}
 	if rec.FileID != 0 {
+		if err := a.makeParents(rec.SubDir); err != nil {
+			return err
+		}
 		st, err := a.freshLstat(rec.SubDir)
 		if err == nil {
 			if err := a.checkSealed(rec, st); err != nil {
@@ -304,7 +306,14 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 		}
 		// Removed by someone after nfsdir made it: make it again.
 	}
-	err := a.root.Mkdir(rec.SubDir, newDirPerm)
+	// The directory is made, opened and sealed in its parent opened once.
+	return a.inParent(rec.SubDir, func(parent int) error { return a.makeDirIn(parent, key, rec, fresh) })
+}
+
+// makeDirIn is makeDir's making of the directory of rec, not sealed yet,
+// in its parent directory open as parent.
+func (a *Area) makeDirIn(parent int, key string, rec *Record, fresh bool) error {
+	err := unix.Mkdirat(parent, path.Base(rec.SubDir), newDirPerm)
 	switch {
 	case err == nil:
 	case errors.Is(err, fs.ErrExist) && !fresh && rec.FileID == 0:
@@ -320,9 +329,9 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 	case errors.Is(err, fs.ErrExist):
 		return a.existsError(rec.SubDir)
 	default:
-		return onShare(err, "create %q", rec.SubDir)
+		return onShare(&fs.PathError{Op: "mkdirat", Path: rec.SubDir, Err: err}, "create %q", rec.SubDir)
 	}
-	err = a.seal(key, rec)
+	err = a.seal(parent, key, rec)
 	if err != nil && !fresh {
 		return err // the record stays; a retry finds the directory sealed or unfinished
 	}
@@ -485,15 +494,16 @@ func (a *Area) dropRecord(key string, rec *Record) {
 // meanwhile, and the server is asked for the name once. The descriptor
 // is O_PATH where its mode can be set through /proc (setModeOpen): opening
 // it then asks no permission of the server (through NFS, no ACCESS call).
-func (a *Area) seal(key string, rec *Record) error {
-	open := a.openDir
+func (a *Area) seal(parent int, key string, rec *Record) error {
+	flags := unix.O_RDONLY
 	if procFDs() {
-		open = a.openDirPath
+		flags = unix.O_PATH
 	}
-	d, err := open(rec.SubDir)
+	fd, err := unix.Openat(parent, path.Base(rec.SubDir), flags|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return onShare(err, "open %q", rec.SubDir)
+		return onShare(&fs.PathError{Op: "openat", Path: rec.SubDir, Err: err}, "open %q", rec.SubDir)
 	}
+	d := os.NewFile(uintptr(fd), rec.SubDir)
 	defer d.Close()
 	st, err := d.Stat()
 	if err != nil {
@@ -533,23 +543,6 @@ func (a *Area) openDir(rel string) (*os.File, error) {
 	var fd int
 	err := a.atParent(rel, func(parent int) (err error) {
 		fd, err = unix.Openat(parent, path.Base(rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil, fs.ErrNotExist
-		}
-		return nil, fmt.Errorf("open %q: %w", rel, err)
-	}
-	return os.NewFile(uintptr(fd), rel), nil
-}
-
-// openDirPath opens the directory rel of the share as openDir does, with
-// O_PATH: for its attributes, handle, owner and mode only.
-func (a *Area) openDirPath(rel string) (*os.File, error) {
-	var fd int
-	err := a.atParent(rel, func(parent int) (err error) {
-		fd, err = unix.Openat(parent, path.Base(rel), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		return err
 	})
 	if err != nil {
@@ -649,30 +642,71 @@ func fileID(root *os.Root, dir string) (uint64, error) {
 // nfsdir share (it holds a metadata directory): that share's volumes and
 // this one's would not see each other's records.
 func (a *Area) checkNoShareAbove(subDir string) error {
-	for _, p := range safepath.Parents(subDir) {
-		_, err := a.root.Lstat(path.Join(p, safepath.MetaDir))
-		if err == nil {
-			return fault.New(fault.InvalidArgument, "subDir %q lies inside %q, the root of another nfsdir share (it holds %s); shares must not overlap: give this volume a subDir outside it", subDir, p, safepath.MetaDir)
-		}
-		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			return onShare(err, "check %q", p)
+	parents := safepath.Parents(subDir)
+	checks := make([]func() error, len(parents))
+	for i, p := range parents {
+		checks[i] = func() error {
+			_, err := a.root.Lstat(path.Join(p, safepath.MetaDir))
+			if err == nil {
+				return fault.New(fault.InvalidArgument, "subDir %q lies inside %q, the root of another nfsdir share (it holds %s); shares must not overlap: give this volume a subDir outside it", subDir, p, safepath.MetaDir)
+			}
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+				return onShare(err, "check %q", p)
+			}
+			return nil
 		}
 	}
-	return nil
+	return a.firstError(true, checks...)
 }
 
 // checkNotNested fails when a parent of subDir is a volume's directory or a
 // shared directory.
 func (a *Area) checkNotNested(subDir string) error {
+	var checks []func() error
 	for _, p := range safepath.Parents(subDir) {
 		for _, key := range []string{volumeid.KeyForDir(p), volumeid.KeyForSharedDir(p)} {
-			rec, err := readRecord(a.records(), key)
-			if err != nil {
-				return err
-			}
-			if rec != nil {
-				return fault.New(fault.InvalidArgument, "subDir %q lies inside %s (directory %q); volumes cannot nest", subDir, rec.describe(), p)
-			}
+			checks = append(checks, func() error {
+				rec, err := readRecord(a.records(), key)
+				if err != nil {
+					return err
+				}
+				if rec != nil {
+					return fault.New(fault.InvalidArgument, "subDir %q lies inside %s (directory %q); volumes cannot nest", subDir, rec.describe(), p)
+				}
+				return nil
+			})
+		}
+	}
+	return a.firstError(true, checks...)
+}
+
+// firstError runs checks, at once when concurrent is set and the Area is
+// on a mount (each is then a round trip to the server; on the server's
+// own file system they run in turn), and returns the first error in the
+// order of checks, so that what a call answers does not depend on which
+// look-up came back first.
+func (a *Area) firstError(concurrent bool, checks ...func() error) error {
+	if len(checks) == 0 {
+		return nil
+	}
+	errs := make([]error, len(checks))
+	fns := make([]func(), len(checks))
+	for i, c := range checks {
+		fns[i] = func() { errs[i] = c() }
+	}
+	if concurrent && len(checks) > 1 {
+		a.atOnce()(fns...)
+	} else {
+		inTurn(fns...)
+	}
+	return firstNonNil(errs)
+}
+
+// firstNonNil returns the first error of errs that is not nil, or nil.
+func firstNonNil(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -737,6 +771,36 @@ func compatible(rec *Record, req Request) error {
 		return fault.New(fault.AlreadyExists, "volume %q already exists with %s", req.Name, strings.Join(diffs, ", "))
 	}
 	return nil
+}
+
+// inParent runs fn with the parent directory of the share's path rel
+// open (the share root held open for a path at the top), made first with
+// makeParents when missing. An existing parent is opened at once: a real
+// directory below the share root with no symlink on the way
+// (RESOLVE_NO_SYMLINKS), with one look-up per component; anything else
+// goes through makeParents, which says what is wrong with it.
+func (a *Area) inParent(rel string, fn func(parent int) error) error {
+	d := path.Dir(rel)
+	if d == "." {
+		return a.atDir(a.root, fn)
+	}
+	return a.atDir(a.root, func(root int) error {
+		open := func() (int, error) {
+			return unix.Openat2(root, d, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+		}
+		fd, err := open()
+		if err != nil {
+			if err := a.makeParents(rel); err != nil {
+				return err
+			}
+			if fd, err = open(); err != nil {
+				return onShare(&fs.PathError{Op: "openat2", Path: d, Err: err}, "open parent %q", d)
+			}
+		}
+		defer unix.Close(fd)
+		return fn(fd)
+	})
 }
 
 // makeParents creates the missing parents of subDir, marking those it
