@@ -1475,8 +1475,12 @@ func (a *Area) pruneParents(subDir string) {
 		if _, err := a.parents.Lstat(parentMarker(p)); err != nil {
 			return // not ours
 		}
-		if err := a.root.Remove(p); err != nil {
-			return // not empty, or gone
+		// rmdir only (os.Root's Remove tries unlink first, and looks the
+		// name up again for its rmdir).
+		if err := a.atParent(p, func(parent int) error {
+			return unix.Unlinkat(parent, path.Base(p), unix.AT_REMOVEDIR)
+		}); err != nil {
+			return // not empty, gone, or not a directory
 		}
 		_ = a.parents.Remove(parentMarker(p))
 	}
