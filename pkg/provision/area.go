@@ -60,9 +60,12 @@ type Area struct {
 const maxKnownDirs = 1 << 16
 
 // learnDir remembers the directory of the exclusive volume rec, just read
-// from or written to the share, by its record key.
+// from or written to the share, by its record key. Not for a volume that
+// names an agent: its DeleteVolume asks the agent first, and reads the
+// record again after that call, so look-ups made with the first read
+// would be wasted.
 func (a *Area) learnDir(rec *Record) {
-	if rec == nil || rec.Shared || rec.SharedDir || rec.SubDir == "" {
+	if rec == nil || rec.Shared || rec.SharedDir || rec.SubDir == "" || rec.QuotaAgent != "" || rec.CopyAgent != "" {
 		return
 	}
 	a.dirsMu.Lock()

@@ -23,7 +23,8 @@ import (
 // share root no longer reopened on a mount that never caches names; the
 // per-call breakdown is in the README). One level down (subDir
 // team/<name>): at most 16 and 26 (20 and 26-27 before the checks above
-// went out at once and the parent was opened once for the new directory).
+// went out at once, the parent was opened once for the new directory and
+// pruned with one rmdir).
 // The empty volume is gone from the trash at once, and no purge runs
 // after it.
 func TestCallsThroughTheMount(t *testing.T) {
