@@ -527,18 +527,12 @@ func TestInterruptedRemovalsAreSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	vols := filepath.Join(dir, ".nfsdir/volumes")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	// The removal of gone's record, cut after taking it aside; and a
 	// removal that took live's record aside meaning an older token.
-	must(os.Rename(filepath.Join(vols, gone.Key()), filepath.Join(vols, gone.Key()+asideSuffix+gone.Token)))
-	must(os.Rename(filepath.Join(vols, live.Key()), filepath.Join(vols, live.Key()+asideSuffix+"oldtoken")))
+	fatalIf(t, os.Rename(filepath.Join(vols, gone.Key()), filepath.Join(vols, gone.Key()+asideSuffix+gone.Token)))
+	fatalIf(t, os.Rename(filepath.Join(vols, live.Key()), filepath.Join(vols, live.Key()+asideSuffix+"oldtoken")))
 	keys, removals, err := a.VolumeNames()
-	must(err)
+	fatalIf(t, err)
 	if len(keys) != 0 || len(removals) != 2 {
 		t.Fatalf("keys %v, removals %v", keys, removals)
 	}
@@ -549,7 +543,7 @@ func TestInterruptedRemovalsAreSettled(t *testing.T) {
 		t.Errorf("settled %d of 2", n)
 	}
 	keys, removals, err = a.VolumeNames()
-	must(err)
+	fatalIf(t, err)
 	if len(removals) != 0 || len(keys) != 1 || keys[0] != live.Key() {
 		t.Errorf("after settling: keys %v, removals %v; want only %s", keys, removals, live.Key())
 	}
@@ -665,15 +659,9 @@ func TestDeleteOfAKnownRecordActsOnWhatItsLookUpsFind(t *testing.T) {
 	ctx := context.Background()
 	dir, a := newShare(t)
 	vols := filepath.Join(dir, volumesDir)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	made := func(name string) (*Record, Record) {
 		rec, err := a.Create(ctx, req(name, name, params.Delete))
-		must(err)
+		fatalIf(t, err)
 		return rec, *rec
 	}
 	gone := func(what, p string) {
@@ -685,10 +673,10 @@ func TestDeleteOfAKnownRecordActsOnWhatItsLookUpsFind(t *testing.T) {
 
 	upd, known := made("upd")
 	_, err := a.Modify(idOf(upd), Change{OnDelete: params.Retain})
-	must(err)
-	must(os.Rename(filepath.Join(vols, upd.Key()), filepath.Join(vols, upd.Key()+updateSuffix+upd.Token)))
+	fatalIf(t, err)
+	fatalIf(t, os.Rename(filepath.Join(vols, upd.Key()), filepath.Join(vols, upd.Key()+updateSuffix+upd.Token)))
 	_, err = a.DeleteFound(ctx, idOf(upd), &known)
-	must(err)
+	fatalIf(t, err)
 	if _, err := os.Stat(filepath.Join(dir, "upd")); err != nil {
 		t.Errorf("the directory of a volume an update set to retain was not retained: %v", err)
 	}
@@ -697,7 +685,7 @@ func TestDeleteOfAKnownRecordActsOnWhatItsLookUpsFind(t *testing.T) {
 
 	pend, known := made("pend")
 	pending := filepath.Join(trashDir, pendingPrefix+trashName(idOf(pend)))
-	must(os.Rename(filepath.Join(dir, "pend"), filepath.Join(dir, pending)))
+	fatalIf(t, os.Rename(filepath.Join(dir, "pend"), filepath.Join(dir, pending)))
 	purge, err := a.DeleteFound(ctx, idOf(pend), &known)
 	if err != nil || purge {
 		t.Errorf("delete after an interrupted move = purge %v, %v; want the empty directory removed at once", purge, err)
@@ -707,10 +695,10 @@ func TestDeleteOfAKnownRecordActsOnWhatItsLookUpsFind(t *testing.T) {
 
 	asd, known := made("asd")
 	text, err := os.Readlink(filepath.Join(vols, asd.Key()))
-	must(err)
-	must(os.Symlink(text, filepath.Join(vols, asd.Key()+asideSuffix+asd.Token)))
+	fatalIf(t, err)
+	fatalIf(t, os.Symlink(text, filepath.Join(vols, asd.Key()+asideSuffix+asd.Token)))
 	_, err = a.DeleteFound(ctx, idOf(asd), &known)
-	must(err)
+	fatalIf(t, err)
 	gone("record aside", filepath.Join(volumesDir, asd.Key()+asideSuffix+asd.Token))
 	gone("record aside", filepath.Join(volumesDir, asd.Key()))
 	gone("record aside", "asd")
@@ -779,16 +767,10 @@ func TestDeleteLooksUpWhileItReadsTheRecord(t *testing.T) {
 	ctx := context.Background()
 	dir, a := newShare(t)
 	vols := filepath.Join(dir, volumesDir)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	made := func(name string) *Record {
 		t.Helper()
 		rec, err := a.Create(ctx, req(name, name, params.Delete))
-		must(err)
+		fatalIf(t, err)
 		if got, ok := a.knownDir(rec.Key()); !ok || got != name {
 			t.Fatalf("knownDir(%s) = %q %v after its creation", name, got, ok)
 		}
@@ -803,33 +785,33 @@ func TestDeleteLooksUpWhileItReadsTheRecord(t *testing.T) {
 
 	upd := made("upd")
 	_, err := a.Modify(idOf(upd), Change{OnDelete: params.Retain})
-	must(err)
-	must(os.Rename(filepath.Join(vols, upd.Key()), filepath.Join(vols, upd.Key()+updateSuffix+upd.Token)))
+	fatalIf(t, err)
+	fatalIf(t, os.Rename(filepath.Join(vols, upd.Key()), filepath.Join(vols, upd.Key()+updateSuffix+upd.Token)))
 	_, err = a.Delete(ctx, idOf(upd))
-	must(err)
+	fatalIf(t, err)
 	there("a volume an update set to retain", "upd")
 	// The same, with the record read before the update moved it aside and
 	// the look-ups made after: they find the update, and the call follows it.
 	upd2 := made("upd2")
 	known := *upd2
 	_, err = a.Modify(idOf(upd2), Change{OnDelete: params.Retain})
-	must(err)
-	must(os.Rename(filepath.Join(vols, upd2.Key()), filepath.Join(vols, upd2.Key()+updateSuffix+upd2.Token)))
+	fatalIf(t, err)
+	fatalIf(t, os.Rename(filepath.Join(vols, upd2.Key()), filepath.Join(vols, upd2.Key()+updateSuffix+upd2.Token)))
 	early := a.checkDelete(idOf(upd2), "upd2", true)
 	_, err = a.deleteFound(ctx, idOf(upd2), &known, &early)
-	must(err)
+	fatalIf(t, err)
 	there("a volume an update set to retain", "upd2")
 
 	repl := made("repl")
-	must(os.Rename(filepath.Join(dir, "repl"), filepath.Join(dir, "repl-old")))
-	must(os.Mkdir(filepath.Join(dir, "repl"), 0o700))
+	fatalIf(t, os.Rename(filepath.Join(dir, "repl"), filepath.Join(dir, "repl-old")))
+	fatalIf(t, os.Mkdir(filepath.Join(dir, "repl"), 0o700))
 	if _, err := a.Delete(ctx, idOf(repl)); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "replaced") {
 		t.Errorf("delete of a replaced directory: %v, want FailedPrecondition (replaced)", err)
 	}
 	there("a replaced directory", "repl")
 
 	nested := made("nested")
-	must(os.Mkdir(filepath.Join(dir, "nested", safepath.MetaDir), 0o700))
+	fatalIf(t, os.Mkdir(filepath.Join(dir, "nested", safepath.MetaDir), 0o700))
 	if _, err := a.Delete(ctx, idOf(nested)); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "root of another nfsdir share") {
 		t.Errorf("delete of another share's root: %v, want FailedPrecondition", err)
 	}
@@ -837,7 +819,7 @@ func TestDeleteLooksUpWhileItReadsTheRecord(t *testing.T) {
 
 	old := made("again")
 	_, err = a.Delete(ctx, idOf(old))
-	must(err)
+	fatalIf(t, err)
 	later := made("again")
 	if purge, err := a.Delete(ctx, idOf(old)); err != nil || !purge {
 		t.Errorf("a delayed DeleteVolume of the earlier volume: purge %v, %v", purge, err)
@@ -848,5 +830,13 @@ func TestDeleteLooksUpWhileItReadsTheRecord(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, trashDir)); len(ents) != 0 {
 		t.Errorf("trash: %v", ents)
+	}
+}
+
+// fatalIf ends the test at once when err is set.
+func fatalIf(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
