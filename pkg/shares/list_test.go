@@ -152,3 +152,52 @@ func TestListOneBadVolumeHidesNoOther(t *testing.T) {
 		t.Errorf("listed %v", got)
 	}
 }
+
+// TestListReadsRecordsAtOnceInKeyOrder: with more volumes than a listing
+// reads at once (listInFlight), a listing in one page and one in pages of
+// every size from 1 to listInFlight+3 give the same volumes in the same
+// order, by record key, each once.
+func TestListReadsRecordsAtOnceInKeyOrder(t *testing.T) {
+	s, _, e, _ := setup(t, 0)
+	opts := mountopts.Options{"nfsvers=4.1"}
+	n := 2*listInFlight + 5
+	for i := range n {
+		create(t, s, e, opts, fmt.Sprint("v-", i))
+	}
+	all, next, err := s.List(context.Background(), "", 0, false)
+	if err != nil || next != "" || len(all) != n {
+		t.Fatalf("one page: %d volumes, next %q, %v; want %d", len(all), next, err, n)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i-1].ID.Key >= all[i].ID.Key {
+			t.Fatalf("one page: %s before %s, not in key order", all[i-1].ID.Key, all[i].ID.Key)
+		}
+	}
+	for size := 1; size <= listInFlight+3; size++ {
+		var got []string
+		token := ""
+		for pages := 0; pages <= n; pages++ {
+			vols, next, err := s.List(context.Background(), token, size, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(vols) > size {
+				t.Fatalf("pages of %d: a page of %d", size, len(vols))
+			}
+			for _, v := range vols {
+				got = append(got, v.ID.String())
+			}
+			if token = next; token == "" {
+				break
+			}
+		}
+		if len(got) != n {
+			t.Fatalf("pages of %d: %d volumes, want %d", size, len(got), n)
+		}
+		for i, id := range got {
+			if id != all[i].ID.String() {
+				t.Fatalf("pages of %d: volume %d is %s, the one-page listing's %s", size, i, id, all[i].ID.String())
+			}
+		}
+	}
+}

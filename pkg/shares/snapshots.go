@@ -80,7 +80,8 @@ func (s *Set) ListSnapshots(ctx context.Context, token string, max int, source *
 	if source != nil {
 		only = &source.Export
 	}
-	return pageThrough(ctx, s, "snapshots", token, max, only, (*provision.Area).SnapshotKeys,
+	// One at a time: listing a snapshot may start its copy.
+	return pageThrough(ctx, s, "snapshots", token, max, only, 1, (*provision.Area).SnapshotKeys,
 		func(a *provision.Area, share *Share, k knownExport, key string) (*SnapshotState, error) {
 			snap, err := a.SnapshotRecord(key)
 			if errors.Is(err, provision.ErrBadRecord) {
