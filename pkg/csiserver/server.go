@@ -150,7 +150,35 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		}
 		csi.RegisterNodeServer(d.server, node)
 	}
+	d.nfsOpsMetrics(d.shares, d.views)
 	return d, nil
+}
+
+// nfsOpsMetrics registers the counts of the NFS operations sent through
+// the mounts of sets (the controller's and a node's, either nil), by
+// share, mount and operation, as the kernel keeps them.
+func (d *Driver) nfsOpsMetrics(sets ...*shares.Set) {
+	const what = " through nfsdir's own mounts of each share (mount: main for the controller's calls, counts and copies, purge, view for a node's reads, claims), by share, mount and operation, as /proc/self/mountstats counts them since the mount was made"
+	families := []metrics.Family{
+		{Name: "nfsdir_nfs_operations_total", Help: "NFS operations sent" + what + "."},
+		{Name: "nfsdir_nfs_operation_errors_total", Help: "NFS operations answered with an error" + what + "."},
+		{Name: "nfsdir_nfs_operation_timeouts_total", Help: "NFS operations that timed out (major timeouts: the server did not answer)" + what + "."},
+		{Name: "nfsdir_nfs_operation_rtt_seconds_total", Help: "Round-trip time (network and server) of the NFS operations sent" + what + "."},
+		{Name: "nfsdir_nfs_operation_execute_seconds_total", Help: "Time from queueing to the reply processed of the NFS operations sent" + what + "."},
+	}
+	d.metrics.CounterTable(families, []string{"share", "mount", "op"}, func() []metrics.Row {
+		var rows []metrics.Row
+		for _, set := range sets {
+			if set == nil {
+				continue
+			}
+			for _, o := range set.NFSOps() {
+				rows = append(rows, metrics.Row{Labels: []string{o.Share, o.Use, o.Op}, Values: []float64{float64(o.Ops),
+					float64(o.Errors), float64(o.MajorTimeouts), float64(o.RTTMillis) / 1000, float64(o.ExecuteMillis) / 1000}})
+			}
+		}
+		return rows
+	})
 }
 
 func (d *Driver) ready() error {

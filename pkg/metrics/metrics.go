@@ -188,3 +188,49 @@ func (l *labelled) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(l.desc, l.kind, x, v)
 	}
 }
+
+// Family names one counter of a CounterTable.
+type Family struct{ Name, Help string }
+
+// Row is one set of label values of a CounterTable and the value of each
+// of its families there, in the families' order.
+type Row struct {
+	Labels []string
+	Values []float64
+}
+
+// CounterTable registers counters that share their labels and are read
+// together: at each scrape f is called once, and each of its rows gives
+// every family's value for those label values. f must keep the rows
+// bounded (per share and operation, say: never per volume); a row whose
+// lengths do not match is left out.
+func (m *Metrics) CounterTable(families []Family, labels []string, f func() []Row) {
+	t := &table{f: f, labels: len(labels)}
+	for _, fam := range families {
+		t.descs = append(t.descs, prometheus.NewDesc(fam.Name, fam.Help, labels, nil))
+	}
+	m.reg.MustRegister(t)
+}
+
+type table struct {
+	descs  []*prometheus.Desc
+	labels int
+	f      func() []Row
+}
+
+func (t *table) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range t.descs {
+		ch <- d
+	}
+}
+
+func (t *table) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range t.f() {
+		if len(r.Labels) != t.labels || len(r.Values) != len(t.descs) {
+			continue
+		}
+		for i, d := range t.descs {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, r.Values[i], r.Labels...)
+		}
+	}
+}

@@ -137,3 +137,32 @@ func TestServeBoundsConnections(t *testing.T) {
 		t.Errorf("GET /healthz = %d", resp.StatusCode)
 	}
 }
+
+func TestCounterTableReadsItsRowsOncePerScrape(t *testing.T) {
+	m := New()
+	reads := 0
+	m.CounterTable([]Family{{"nfsdir_test_ops_total", "ops"}, {"nfsdir_test_seconds_total", "seconds"}}, []string{"share", "op"}, func() []Row {
+		reads++
+		return []Row{
+			{Labels: []string{"h:/e", "LOOKUP"}, Values: []float64{12, 0.5}},
+			{Labels: []string{"h:/e", "SYMLINK"}, Values: []float64{2, 0.25}},
+			{Labels: []string{"h:/e"}, Values: []float64{1, 1}},        // too few labels
+			{Labels: []string{"h:/e", "RENAME"}, Values: []float64{1}}, // too few values
+		}
+	})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`nfsdir_test_ops_total{op="LOOKUP",share="h:/e"} 12`, `nfsdir_test_ops_total{op="SYMLINK",share="h:/e"} 2`,
+		`nfsdir_test_seconds_total{op="LOOKUP",share="h:/e"} 0.5`, `nfsdir_test_seconds_total{op="SYMLINK",share="h:/e"} 0.25`,
+		"# TYPE nfsdir_test_ops_total counter",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(body, "RENAME") || reads != 1 {
+		t.Errorf("a malformed row was served, or the rows were read %d times:\n%s", reads, body)
+	}
+}

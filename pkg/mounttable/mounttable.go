@@ -1,4 +1,5 @@
-// Package mounttable decodes the fields of /proc/*/mountinfo. It does no
+// Package mounttable decodes the fields of /proc/*/mountinfo and the NFS
+// statistics of /proc/*/mountstats (ParseStats). It does no
 // I/O: the kernel escapes a space, tab, newline and backslash in mount
 // points and sources, and every comparison against a path nfsdir was given
 // must decode them first.

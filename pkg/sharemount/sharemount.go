@@ -59,6 +59,7 @@ type Manager struct {
 type entry struct {
 	sem   chan struct{} // 1-slot lock that honours contexts
 	share *Share
+	point MountPoint // set when the entry is made, never changed
 }
 
 // New returns a Manager keeping mounts under dir/mounts, option records
@@ -119,19 +120,48 @@ const (
 	claimsMount mountKind = "-claims"
 )
 
+// use names what a mount of kind is for (MountPoint.Use).
+func (k mountKind) use() string {
+	if k == mainMount {
+		return "main"
+	}
+	return string(k[1:])
+}
+
+// MountPoint is one of a Manager's mount points: the share it mounts and
+// what for.
+type MountPoint struct {
+	Share export.Export // as StorageClasses name it (a claims mount mounts a directory of it)
+	Use   string        // "main" (calls, counts, copies), "purge", "view" (a node's reads) or "claims"
+}
+
+// MountPoints returns the Manager's mount points by path: every mount it
+// made or tried to make since it started (a share's mount is kept, and a
+// mount made again after it went stale is made at the same path).
+func (m *Manager) MountPoints() map[string]MountPoint {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]MountPoint, len(m.entries))
+	for key, en := range m.entries {
+		out[filepath.Join(m.dir, "mounts", key)] = en.point
+	}
+	return out
+}
+
 // ClaimsDir is the directory a claims mount mounts, below the share.
 const ClaimsDir = ".nfsdir/nodes"
 
 func (m *Manager) get(ctx context.Context, e export.Export, opts mountopts.Options, kind mountKind) (*Share, error) {
 	opts = opts.ForShare()
 	key := Key(e, opts) + string(kind)
+	point := MountPoint{Share: e, Use: kind.use()}
 	if kind == claimsMount {
 		e = export.Export{Server: e.Server, Share: path.Join(e.Share, ClaimsDir)}
 	}
 	m.mu.Lock()
 	en, ok := m.entries[key]
 	if !ok {
-		en = &entry{sem: make(chan struct{}, 1)}
+		en = &entry{sem: make(chan struct{}, 1), point: point}
 		m.entries[key] = en
 	}
 	m.mu.Unlock()

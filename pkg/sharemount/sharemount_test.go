@@ -232,3 +232,27 @@ func TestOnlyClaimsMountsLockOnNFSv3(t *testing.T) {
 		}
 	}
 }
+
+func TestMountPointsNameTheirShareAndUse(t *testing.T) {
+	m, f, e := setup(t)
+	os.MkdirAll(f.ExportDir(e.Server, e.Share+"/"+ClaimsDir), 0o755)
+	ctx := context.Background()
+	want := map[string]string{}
+	for use, get := range map[string]func(context.Context, export.Export, mountopts.Options) (*Share, error){
+		"main": m.Get, "view": m.GetReadOnly, "purge": m.GetForPurge, "claims": m.GetClaims} {
+		s, err := get(ctx, e, mountopts.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[s.Path] = use
+	}
+	got := m.MountPoints()
+	if len(got) != 4 {
+		t.Fatalf("mount points %v, want 4", got)
+	}
+	for p, use := range want {
+		if got[p] != (MountPoint{Share: e, Use: use}) {
+			t.Errorf("%s: %+v, want share %s, use %s", p, got[p], e, use)
+		}
+	}
+}

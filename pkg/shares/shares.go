@@ -51,6 +51,7 @@ type Set struct {
 	abandonAfter time.Duration   // Config.AbandonAfter
 	sweeping     map[string]bool // shares being swept, by mount point
 	listing      map[string]bool // by export: a listing runs on it (List)
+	ops          opsReader       // the kernel's NFS counts (NFSOps)
 }
 
 // Config says where a Set keeps its mounts and how it works.

@@ -196,6 +196,32 @@ func TestRetryStorms(t *testing.T) {
 	}
 	t.Logf("create storm: %d OK, %d Aborted", ok, aborted)
 
+	// The NFS operations of the driver's own mounts, by share, mount and
+	// operation: each of the 50 volumes wrote its record and its seal
+	// (two SYMLINKs), and what one more CreateVolume adds to the main
+	// mount's count is what the kernel counted for it.
+	before := httpGet(t, "http://127.0.0.1:29654/metrics")
+	share := fmt.Sprintf(`share="%s:%s"`, lab.Server(), lab.Export())
+	if n := sumMetric(before, "nfsdir_nfs_operations_total", `mount="main"`, `op="SYMLINK"`, share); n < 100 {
+		t.Errorf("nfsdir_nfs_operations_total of SYMLINK on the main mount of %s: %v, want at least 100", share, n)
+	}
+	for _, m := range []string{"nfsdir_nfs_operation_errors_total", "nfsdir_nfs_operation_timeouts_total", "nfsdir_nfs_operation_rtt_seconds_total", "nfsdir_nfs_operation_execute_seconds_total"} {
+		if !strings.Contains(before, m+`{mount="main",op="LOOKUP",`+share+`}`) {
+			t.Errorf("/metrics lacks %s of LOOKUP on the main mount of %s", m, share)
+		}
+	}
+	kernel := lab.NFSCallsWith("lookupcache=none")
+	if _, err := create("pvc-storm-one-more"); err != nil {
+		t.Fatal(err)
+	}
+	kernel = lab.NFSCallsWith("lookupcache=none") - kernel
+	after := httpGet(t, "http://127.0.0.1:29654/metrics")
+	metric := sumMetric(after, "nfsdir_nfs_operations_total", `mount="main"`) - sumMetric(before, "nfsdir_nfs_operations_total", `mount="main"`)
+	t.Logf("one CreateVolume: %v NFS operations on the main mount by the driver's metrics, %d by the kernel's count", metric, kernel)
+	if metric < 1 || metric > float64(kernel)+2 || metric < float64(kernel)-2 {
+		t.Errorf("one CreateVolume added %v to nfsdir_nfs_operations_total of the main mount; the kernel counted %d", metric, kernel)
+	}
+
 	// Publish storm: 8 targets, 160 concurrent publish/unpublish calls.
 	base := t.TempDir()
 	vol := &csi.Volume{VolumeId: ids["pvc-storm-00"], VolumeContext: map[string]string{"server": lab.Server(), "share": lab.Export(), "subDir": "pvc-storm-00"}}
@@ -255,6 +281,27 @@ func TestRetryStorms(t *testing.T) {
 	if hwm <= 0 || hwm > 64*1024 {
 		t.Errorf("driver peak RSS %d KiB, want under 64 MiB", hwm)
 	}
+}
+
+// sumMetric sums the samples of metric in a /metrics text whose labels
+// hold every one of with.
+func sumMetric(text, metric string, with ...string) float64 {
+	var sum float64
+	for _, line := range strings.Split(text, "\n") {
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, metric+"{"), "} ")
+		if !ok || !strings.HasPrefix(line, metric+"{") {
+			continue
+		}
+		all := true
+		for _, w := range with {
+			all = all && strings.Contains(labels, w)
+		}
+		var v float64
+		if _, err := fmt.Sscan(value, &v); err == nil && all {
+			sum += v
+		}
+	}
+	return sum
 }
 
 func httpGet(t *testing.T, url string) string {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/nfsdir/nfsdir/pkg/mounttable"
 )
 
 // NFSOps returns the NFS operations this process's mount namespace sent
@@ -37,29 +39,11 @@ func nfsStats(dir string) (map[string]int64, int64, map[string]int64) {
 	b, _ := os.ReadFile("/proc/self/mountstats")
 	out, exec := map[string]int64{}, map[string]int64{}
 	var wire int64
-	in, ops := false, false
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case strings.HasPrefix(line, "device "):
-			in = dir == "" || (len(f) > 4 && f[4] == dir)
-			ops = false
-		case in && strings.TrimSpace(line) == "per-op statistics":
-			ops = true
-		case in && ops && len(f) > 1 && strings.HasSuffix(f[0], ":"):
-			var n, sent, recv, ms int64
-			fmt.Sscan(f[1], &n)
-			if len(f) > 5 { // ops trans timeouts bytes_sent bytes_recv queue rtt execute ...
-				fmt.Sscan(f[4], &sent)
-				fmt.Sscan(f[5], &recv)
-			}
-			if len(f) > 8 {
-				fmt.Sscan(f[8], &ms)
-			}
-			op := strings.TrimSuffix(f[0], ":")
-			out[op] += n
-			exec[op] += ms
-			wire += sent + recv
+	for _, ops := range mounttable.ParseStats(string(b), func(mp string) bool { return dir == "" || mp == dir }) {
+		for op, st := range ops {
+			out[op] += int64(st.Ops)
+			exec[op] += int64(st.ExecuteMillis)
+			wire += int64(st.BytesSent + st.BytesReceived)
 		}
 	}
 	return out, wire, exec
