@@ -73,6 +73,9 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 			if pool, err = quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA}); err != nil {
 				return nil, fmt.Errorf("quota agents' client certificate: %w", err)
 			}
+			pool.Observe(func(agent, method string, err error, took time.Duration) {
+				d.metrics.ObserveAgentCall(agent, method, status.Code(toStatus(err)).String(), took)
+			})
 			acct.Server = agentUsage{pool}
 			copying.Remote = pool
 		}

@@ -20,9 +20,11 @@ import (
 // Metrics holds the driver's collectors. The zero value is not usable;
 // create it with New. All methods are safe for concurrent use.
 type Metrics struct {
-	reg     *prometheus.Registry
-	calls   *prometheus.CounterVec
-	latency *prometheus.HistogramVec
+	reg          *prometheus.Registry
+	calls        *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
+	agentCalls   *prometheus.CounterVec
+	agentLatency *prometheus.HistogramVec
 }
 
 // New returns the collectors, registered in a registry of their own with
@@ -40,7 +42,16 @@ func New() *Metrics {
 			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"method"}),
 	}
-	m.reg.MustRegister(m.calls, m.latency, collectors.NewGoCollector(),
+	m.agentCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nfsdir_agent_calls_total",
+		Help: "Calls to quota and copy agents, by agent (its endpoint, as StorageClasses name it), method and gRPC status code.",
+	}, []string{"agent", "method", "code"})
+	m.agentLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "nfsdir_agent_call_duration_seconds",
+		Help:    "Time a call to a quota or copy agent took, connecting included, by agent and method.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 120, 600, 3600},
+	}, []string{"agent", "method"})
+	m.reg.MustRegister(m.calls, m.latency, m.agentCalls, m.agentLatency, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -50,6 +61,14 @@ func New() *Metrics {
 func (m *Metrics) ObserveCall(method, code string, d time.Duration) {
 	m.calls.WithLabelValues(method, code).Inc()
 	m.latency.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// ObserveAgentCall records one call to an agent: its endpoint, method
+// (e.g. "MakeVolume"), gRPC code name and duration. Agents are named by
+// StorageClasses, so their number stays that of the classes.
+func (m *Metrics) ObserveAgentCall(agent, method, code string, d time.Duration) {
+	m.agentCalls.WithLabelValues(agent, method, code).Inc()
+	m.agentLatency.WithLabelValues(agent, method).Observe(d.Seconds())
 }
 
 // Gauge registers a gauge whose value f returns at each scrape.

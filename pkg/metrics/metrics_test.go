@@ -17,6 +17,8 @@ func TestMetricsAndHealth(t *testing.T) {
 	m := New()
 	m.ObserveCall("CreateVolume", "OK", 3*time.Millisecond)
 	m.ObserveCall("CreateVolume", "Aborted", time.Millisecond)
+	m.ObserveAgentCall("agent.example:7443", "MakeVolume", "OK", 2*time.Millisecond)
+	m.ObserveAgentCall("agent.example:7443", "MakeVolume", "Unavailable", 30*time.Second)
 	m.Gauge("nfsdir_test_gauge", "test", func() float64 { return 7 })
 	m.Counter("nfsdir_test_total", "test", func() float64 { return 3 })
 	rec := httptest.NewRecorder()
@@ -26,6 +28,10 @@ func TestMetricsAndHealth(t *testing.T) {
 		`nfsdir_csi_operations_total{code="OK",method="CreateVolume"} 1`,
 		`nfsdir_csi_operations_total{code="Aborted",method="CreateVolume"} 1`,
 		`nfsdir_csi_operation_duration_seconds_count{method="CreateVolume"} 2`,
+		`nfsdir_agent_calls_total{agent="agent.example:7443",code="OK",method="MakeVolume"} 1`,
+		`nfsdir_agent_calls_total{agent="agent.example:7443",code="Unavailable",method="MakeVolume"} 1`,
+		`nfsdir_agent_call_duration_seconds_bucket{agent="agent.example:7443",method="MakeVolume",le="0.0025"} 1`,
+		`nfsdir_agent_call_duration_seconds_count{agent="agent.example:7443",method="MakeVolume"} 2`,
 		"nfsdir_test_gauge 7", "nfsdir_test_total 3", "go_goroutines",
 	} {
 		if !strings.Contains(body, want) {

@@ -6,9 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/params"
@@ -256,5 +259,50 @@ func TestTheAgentFollowsANewMetadataArea(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(dir, c.area, "volumes", c.rec.Key())); err != nil {
 			t.Errorf("record of %s not in %s: %v", c.rec.Name, c.area, err)
 		}
+	}
+}
+
+// Every call the Pool makes is told to its observer once it ends (the
+// controller's nfsdir_agent_calls_total and its duration): the agent, the
+// method and the error, an unreachable agent's included.
+func TestThePoolTellsItsObserverOfEveryCall(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	type call struct {
+		agent, method string
+		err           bool
+	}
+	var mu sync.Mutex
+	var calls []call
+	pool.Observe(func(agent, method string, err error, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d <= 0 {
+			t.Errorf("%s %s took %s", agent, method, d)
+		}
+		calls = append(calls, call{agent, method, err != nil})
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	a := controllerArea(t, dir, pool)
+	for _, agent := range []string{endpoint, down} {
+		rec, err := a.Create(ctx, provision.Request{Name: "pvc-" + agent, SubDir: "pvc-" + strings.NewReplacer(":", "-", ".", "-").Replace(agent), OnDelete: params.Delete, Mode: 0o755, UID: -1, GID: -1, CopyAgent: agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Delete(ctx, volumeid.ID{Key: rec.Key(), Token: rec.Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []call{{endpoint, "MakeVolume", false}, {endpoint, "RemoveVolume", false}, {down, "MakeVolume", true}}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(calls, want) {
+		t.Errorf("observed %+v, want %+v", calls, want)
 	}
 }

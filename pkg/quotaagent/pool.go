@@ -23,6 +23,22 @@ type Pool struct {
 	mu      sync.Mutex
 	clients map[string]*Client
 	closers []func() error
+	observe func(agent, method string, err error, d time.Duration) // nil: none
+}
+
+// Observe has f told of every call the Pool makes once it ends: the
+// agent's endpoint, the method ("MakeVolume"), the error (nil when it
+// succeeded) and how long it took, connecting included. Call it before
+// the Pool is used.
+func (p *Pool) Observe(f func(agent, method string, err error, d time.Duration)) { p.observe = f }
+
+// timed tells the observer of a call to the agent at endpoint that began
+// at t0 and ended with err, and returns err.
+func (p *Pool) timed(endpoint, method string, t0 time.Time, err error) error {
+	if p.observe != nil {
+		p.observe(endpoint, method, err, time.Since(t0))
+	}
+	return err
 }
 
 // NewPool returns a Pool that authenticates with files.
@@ -51,14 +67,15 @@ func (p *Pool) client(endpoint string) (*Client, error) {
 
 // call runs fn with the client of the agent at endpoint, bounded by
 // CallTimeout.
-func (p *Pool) call(ctx context.Context, endpoint string, fn func(context.Context, *Client) error) error {
+func (p *Pool) call(ctx context.Context, endpoint, method string, fn func(context.Context, *Client) error) error {
+	t0 := time.Now()
 	c, err := p.client(endpoint)
 	if err != nil {
-		return err
+		return p.timed(endpoint, method, t0, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	return fn(ctx, c)
+	return p.timed(endpoint, method, t0, fn(ctx, c))
 }
 
 // wrap names the agent in its error and keeps the error's kind; an agent
@@ -72,7 +89,7 @@ func wrap(endpoint, what string, err error) error {
 
 // Set sets the limits of volume v through the agent at endpoint.
 func (p *Pool) Set(ctx context.Context, endpoint string, v Volume, bytes, inodes uint64) (u *Usage, err error) {
-	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+	err = p.call(ctx, endpoint, "Set", func(ctx context.Context, c *Client) error {
 		u, err = c.Set(ctx, &SetRequest{Volume: v, Bytes: bytes, Inodes: inodes})
 		return wrap(endpoint, "set the quota of "+v.SubDir, err)
 	})
@@ -81,7 +98,7 @@ func (p *Pool) Set(ctx context.Context, endpoint string, v Volume, bytes, inodes
 
 // Clear clears the limits of volume v through the agent at endpoint.
 func (p *Pool) Clear(ctx context.Context, endpoint string, v Volume) error {
-	return p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+	return p.call(ctx, endpoint, "Clear", func(ctx context.Context, c *Client) error {
 		return wrap(endpoint, "clear the quota of "+v.SubDir, c.Clear(ctx, &v))
 	})
 }
@@ -89,7 +106,7 @@ func (p *Pool) Clear(ctx context.Context, endpoint string, v Volume) error {
 // Get returns what volume v's project uses, and its limits, through the
 // agent at endpoint.
 func (p *Pool) Get(ctx context.Context, endpoint string, v Volume) (u *Usage, err error) {
-	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+	err = p.call(ctx, endpoint, "Get", func(ctx context.Context, c *Client) error {
 		u, err = c.Get(ctx, &v)
 		return wrap(endpoint, "read the usage of "+v.SubDir, err)
 	})
@@ -100,21 +117,22 @@ func (p *Pool) Get(ctx context.Context, endpoint string, v Volume) (u *Usage, er
 // lasts as long as the copy, bounded by ctx (and by the connection's
 // keepalive when the agent's host goes away).
 func (p *Pool) CopyTree(ctx context.Context, endpoint string, req provision.RemoteCopy) (treecopy.Result, error) {
+	t0 := time.Now()
 	c, err := p.client(endpoint)
 	if err != nil {
-		return treecopy.Result{}, err
+		return treecopy.Result{}, p.timed(endpoint, "Copy", t0, err)
 	}
 	res, err := c.Copy(ctx, &req)
 	if res == nil {
 		res = &treecopy.Result{}
 	}
-	return *res, wrap(endpoint, fmt.Sprintf("copy %s into %s", req.Src, req.Dst), err)
+	return *res, p.timed(endpoint, "Copy", t0, wrap(endpoint, fmt.Sprintf("copy %s into %s", req.Src, req.Dst), err))
 }
 
 // CopyProgress tells how far the agent at endpoint has come with the copy
 // req.
 func (p *Pool) CopyProgress(ctx context.Context, endpoint string, req provision.RemoteCopy) (entries, bytes int64, err error) {
-	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+	err = p.call(ctx, endpoint, "CopyProgress", func(ctx context.Context, c *Client) error {
 		got, err := c.CopyProgress(ctx, &req)
 		if err != nil {
 			return wrap(endpoint, "progress of a copy into "+req.Dst.String(), err)
@@ -127,7 +145,7 @@ func (p *Pool) CopyProgress(ctx context.Context, endpoint string, req provision.
 
 // MakeVolume has the agent at endpoint make a volume on the server.
 func (p *Pool) MakeVolume(ctx context.Context, endpoint string, m provision.RemoteMake) (rec *provision.Record, err error) {
-	err = p.call(ctx, endpoint, func(ctx context.Context, c *Client) error {
+	err = p.call(ctx, endpoint, "MakeVolume", func(ctx context.Context, c *Client) error {
 		rec, err = c.MakeVolume(ctx, &m)
 		return wrap(endpoint, fmt.Sprintf("make volume %q in %q", m.Request.Name, m.Request.SubDir), err)
 	})
@@ -140,7 +158,7 @@ func (p *Pool) MakeVolume(ctx context.Context, endpoint string, m provision.Remo
 // RemoveVolume has the agent at endpoint delete a volume on the server.
 func (p *Pool) RemoveVolume(ctx context.Context, endpoint string, r provision.RemoteRemove) (provision.RemoteRemoved, error) {
 	var res provision.RemoteRemoved
-	err := p.call(ctx, endpoint, func(ctx context.Context, c *Client) (err error) {
+	err := p.call(ctx, endpoint, "RemoveVolume", func(ctx context.Context, c *Client) (err error) {
 		res, err = c.RemoveVolume(ctx, &r)
 		return wrap(endpoint, "delete volume "+r.Key+"."+r.Token, err)
 	})

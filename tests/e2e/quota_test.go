@@ -515,8 +515,20 @@ func quotaThroughTheController(t *testing.T, root, metricsAddr string, full sysc
 		return used == int64(u.Bytes) && inodes == int64(u.Inodes) && total == 40<<20 && avail == 40<<20-used
 	})
 	t.Logf("NodeGetVolumeStats: used %d bytes, %d inodes: the server's figures for project %d", u.Bytes, u.Inodes, project)
-	if m := httpGet(t, "http://"+metricsAddr+"/metrics"); !regexp.MustCompile(`(?m)^nfsdir_usage_counts_from_quota_agent_total [1-9]`).MatchString(m) {
+	m := httpGet(t, "http://"+metricsAddr+"/metrics")
+	if !regexp.MustCompile(`(?m)^nfsdir_usage_counts_from_quota_agent_total [1-9]`).MatchString(m) {
 		t.Errorf("/metrics: no count answered by the quota agent:\n%s", m)
+	}
+	// The controller's calls to the agent, by method: the limit set at
+	// CreateVolume and again at the expansion, the usage read.
+	for _, want := range []string{
+		`(?m)^nfsdir_agent_calls_total\{agent="127.0.0.1:29700",code="OK",method="Set"\} [2-9]`,
+		`(?m)^nfsdir_agent_calls_total\{agent="127.0.0.1:29700",code="OK",method="Get"\} [1-9]`,
+		`(?m)^nfsdir_agent_call_duration_seconds_count\{agent="127.0.0.1:29700",method="Set"\} [2-9]`,
+	} {
+		if !regexp.MustCompile(want).MatchString(m) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 
 	agent.stop()
