@@ -66,6 +66,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"MigrateFromNFSSubdir", (*cluster).migrateFromNFSSubdir},
 		{"DropInForCSIDriverNFS", (*cluster).dropInForCSIDriverNFS},
 		{"HardQuota", (*cluster).hardQuota},
+		{"DriverMetrics", (*cluster).driverMetrics},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
@@ -706,24 +707,64 @@ func (c *cluster) helmUpgrade() {
 	}
 }
 
+// httpGet GETs path from host:port, within 10 s, and returns at most
+// 1 MiB of the body.
+func httpGet(host string, port int, path string) (string, error) {
+	client := http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://%s%s", net.JoinHostPort(host, fmt.Sprint(port)), path))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("%s", resp.Status)
+	}
+	return string(b), err
+}
+
+// driverMetrics: what the calls so far cost the server, as an operator's
+// Prometheus scrapes it: the controller (on its pod's IP) counts the NFS
+// operations of its own mounts of the share by mount and operation, and
+// times its calls to the quota agent; the node plugin (on the node's IP)
+// counts those of its read-only views of the share, through which it
+// answered kubelet's NodeGetVolumeStats. The counts come from each pod's
+// own /proc/self/mountstats, in its own mount namespace.
+func (c *cluster) driverMetrics() {
+	defer c.dumpDriverOnFailure()
+	const controllerPort, nodePort = 29654, 29655 // the chart's defaults
+	var body string
+	for _, p := range c.pods(driverNS, "app.kubernetes.io/name=nfsdir,app.kubernetes.io/component=controller") {
+		b, err := httpGet(p.Status.PodIP, controllerPort, "/metrics")
+		if err != nil {
+			c.t.Errorf("metrics of %s: %v", p.Name, err)
+		}
+		body += b
+	}
+	for _, want := range []string{
+		`nfsdir_nfs_operations_total{mount="main",op="SYMLINK",share="`,
+		`nfsdir_nfs_operation_rtt_seconds_total{mount="main",op="LOOKUP",share="`,
+		`nfsdir_nfs_operations_total{mount="purge",op="`,
+		`nfsdir_agent_calls_total{agent="`,
+		`nfsdir_agent_call_duration_seconds_bucket{agent="`,
+	} {
+		if !strings.Contains(body, want) {
+			c.t.Errorf("the controller's /metrics lack %s", want)
+		}
+	}
+	c.waitFor("the node's NFS operations through its views of the share", 3*time.Minute, func() (bool, error) {
+		b, err := httpGet(nodeIP, nodePort, "/metrics")
+		return strings.Contains(b, `nfsdir_nfs_operations_total{mount="view",op="`), err
+	})
+	c.stage("NFS operations of the controller's and the node's own mounts, and the controller's calls to the quota agent, on /metrics")
+}
+
 // nodeHTTPOnThePodIP: the node pods (host network) serve /metrics and
 // /healthz on the node's IP, where kubelet's liveness probe and a scraper
 // reach them, and not on any other address of the node (issue 17 #7);
 // no liveness probe of the driver's running pods failed.
 func (c *cluster) nodeHTTPOnThePodIP() {
-	client := http.Client{Timeout: 10 * time.Second}
-	get := func(host string, port int, path string) (string, error) {
-		resp, err := client.Get(fmt.Sprintf("http://%s%s", net.JoinHostPort(host, fmt.Sprint(port)), path))
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if resp.StatusCode != http.StatusOK {
-			return string(b), fmt.Errorf("%s", resp.Status)
-		}
-		return string(b), err
-	}
+	get := httpGet
 	const metricsPort, healthPort = 29655, 29653 // the chart's defaults
 	if body, err := get(nodeIP, metricsPort, "/metrics"); err != nil || !strings.Contains(body, "nfsdir_csi_operations_total") {
 		c.t.Errorf("metrics on the node's IP: %v\n%.300s", err, body)
