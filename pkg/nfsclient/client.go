@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nfsdir/nfsdir/pkg/mounttable"
 	"github.com/nfsdir/nfsdir/pkg/nfsproto"
 )
 
@@ -48,6 +49,47 @@ type Client struct {
 	mu     sync.Mutex
 	sess   *session
 	closed bool
+
+	smu   sync.Mutex
+	stats stats
+}
+
+// stats are the counts of a Client's COMPOUNDs, as the kernel keeps them
+// for a mount's operations.
+type stats struct {
+	calls, errors, timeouts, sent, received uint64
+	rtt, execute                            time.Duration
+}
+
+// Stats returns what the client's COMPOUNDs (those of its sessions'
+// making included) have cost so far, in the form of the kernel's counts of
+// a mount's operations (/proc/self/mountstats): every COMPOUND is one
+// operation, sent once.
+func (c *Client) Stats() mounttable.OpStats {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	s := c.stats
+	return mounttable.OpStats{Ops: s.calls, Transmissions: s.calls, MajorTimeouts: s.timeouts, BytesSent: s.sent,
+		BytesReceived: s.received, RTTMillis: uint64(s.rtt.Milliseconds()), ExecuteMillis: uint64(s.execute.Milliseconds()), Errors: s.errors}
+}
+
+// count adds one COMPOUND to the stats: args and res its bytes, rtt
+// from its sending to its reply, execute from its asking for a slot.
+func (c *Client) count(args, res []byte, rtt, execute time.Duration, err error) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	c.stats.calls++
+	c.stats.sent += uint64(len(args))
+	c.stats.received += uint64(len(res))
+	c.stats.rtt += rtt
+	c.stats.execute += execute
+	var oe *nfsproto.OpError
+	switch {
+	case errors.Is(err, errTimedOut):
+		c.stats.timeouts++
+	case errors.As(err, &oe):
+		c.stats.errors++
+	}
 }
 
 type session struct {
@@ -128,7 +170,8 @@ func (c *Client) Do(ctx context.Context, ops ...nfsproto.Op) error {
 	}
 }
 
-func (c *Client) do(ctx context.Context, s *session, ops []nfsproto.Op) error {
+func (c *Client) do(ctx context.Context, s *session, ops []nfsproto.Op) (err error) {
+	queued := time.Now()
 	var sl *slot
 	select {
 	case sl = <-s.slots:
@@ -139,7 +182,12 @@ func (c *Client) do(ctx context.Context, s *session, ops []nfsproto.Op) error {
 	}
 	seq := &nfsproto.Sequence{Session: s.id, SeqID: sl.seq, Slot: sl.id, MaxSlot: s.maxSlot}
 	all := append([]nfsproto.Op{seq}, ops...)
-	res, err := s.conn.call(ctx, nfsproto.ProcCompound, nfsproto.EncodeCompound("nfsdir", all))
+	args := nfsproto.EncodeCompound("nfsdir", all)
+	sent := time.Now()
+	res, err := s.conn.call(ctx, nfsproto.ProcCompound, args)
+	if !errors.Is(err, errNotSent) {
+		defer func() { c.count(args, res, time.Since(sent), time.Since(queued), err) }()
+	}
 	if err != nil {
 		c.drop(s, err) // the slot's state is unknown
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io/fs"
 	"slices"
 	"testing"
 )
@@ -183,4 +184,18 @@ func FuzzKernelHandle(f *testing.F) {
 			t.Errorf("a %d-byte handle out of %d bytes", len(fh), len(b))
 		}
 	})
+}
+
+func TestKernelHandleOfIsReadBack(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 28, 32, MaxFH} {
+		fh := bytes.Repeat([]byte{0xab}, n)
+		typ, b := KernelHandleOf(fh, 1<<40|7, ModeDir)
+		got, id, ok := KernelHandle(b)
+		if !ok || !bytes.Equal(got, fh) || id != 1<<40|7 || int(typ)*4 != len(b) || len(b) != 12+4*((2+n+3)/4) {
+			t.Errorf("a %d-byte handle: type %d, %d bytes, read back %x %d %v", n, typ, len(b), got, id, ok)
+		}
+	}
+	if err := error(&OpError{Status: ErrExist}); !errors.Is(err, fs.ErrExist) {
+		t.Error("NFS4ERR_EXIST is not fs.ErrExist")
+	}
 }

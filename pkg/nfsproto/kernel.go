@@ -19,3 +19,20 @@ func KernelHandle(b []byte) (fh []byte, fileid uint64, ok bool) {
 	fileid = uint64(binary.NativeEndian.Uint32(b))<<32 | uint64(binary.NativeEndian.Uint32(b[4:]))
 	return append([]byte(nil), b[embed+2:embed+2+n]...), fileid, true
 }
+
+// ModeDir is the type bits of a directory, as KernelHandleOf takes them.
+const ModeDir = 0o040000
+
+// KernelHandleOf is the handle Linux's NFS client gives name_to_handle_at
+// for the file of server filehandle fh, fileid fileid and type bits
+// typeBits (ModeDir for a directory), with its handle type: what
+// KernelHandle reads back.
+func KernelHandleOf(fh []byte, fileid uint64, typeBits uint32) (handleType int32, b []byte) {
+	b = binary.NativeEndian.AppendUint32(nil, uint32(fileid>>32))
+	b = binary.NativeEndian.AppendUint32(b, uint32(fileid))
+	b = binary.NativeEndian.AppendUint32(b, typeBits)
+	b = binary.NativeEndian.AppendUint16(b, uint16(len(fh)))
+	b = append(b, fh...)
+	b = append(b, make([]byte, pad(len(b)))...)
+	return int32(len(b) / 4), b
+}

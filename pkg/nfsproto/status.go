@@ -1,6 +1,9 @@
 package nfsproto
 
-import "fmt"
+import (
+	"fmt"
+	"syscall"
+)
 
 // Status is an nfsstat4.
 type Status uint32
@@ -83,3 +86,28 @@ type OpError struct {
 func (e *OpError) Error() string {
 	return fmt.Sprintf("NFS %s (operation %d of the compound): %s", e.Op, e.Index, e.Status)
 }
+
+// errnos are the errno values Linux's NFS client gives for a status
+// (fs/nfs/nfs4proc.c, nfs4_map_errors), so that a failed operation reads
+// as the same failed system call would.
+var errnos = map[Status]syscall.Errno{
+	ErrPerm: syscall.EPERM, ErrNoEnt: syscall.ENOENT, ErrIO: syscall.EIO, ErrAccess: syscall.EACCES,
+	ErrExist: syscall.EEXIST, ErrXDev: syscall.EXDEV, ErrNotDir: syscall.ENOTDIR, ErrIsDir: syscall.EISDIR,
+	ErrInval: syscall.EINVAL, ErrNoSpc: syscall.ENOSPC, ErrROFS: syscall.EROFS,
+	ErrNameTooLong: syscall.ENAMETOOLONG, ErrNotEmpty: syscall.ENOTEMPTY, ErrDQuot: syscall.EDQUOT,
+	ErrStale: syscall.ESTALE, ErrBadHandle: syscall.ESTALE, ErrDelay: syscall.EAGAIN,
+	ErrGrace: syscall.EAGAIN, ErrSymlink: syscall.ELOOP, ErrBadName: syscall.EINVAL,
+	ErrWrongSec: syscall.EPERM, ErrMoved: syscall.EREMOTE,
+}
+
+// Errno is the errno of s; EIO for a status with none of its own.
+func (s Status) Errno() syscall.Errno {
+	if e, ok := errnos[s]; ok {
+		return e
+	}
+	return syscall.EIO
+}
+
+// Unwrap is the operation's status as an errno: errors.Is(err,
+// fs.ErrExist) holds for an NFS4ERR_EXIST.
+func (e *OpError) Unwrap() error { return e.Status.Errno() }

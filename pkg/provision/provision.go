@@ -124,6 +124,15 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 			}
 		}
 	}
+	if a.compoundable(req) {
+		made, done, err := a.createByCompound(ctx, key, rec)
+		if done {
+			if err == nil {
+				a.learnDir(made)
+			}
+			return made, err
+		}
+	}
 	err := writeRecordExclusive(a.records(), key, rec)
 	if errors.Is(err, fs.ErrExist) {
 		if old, rerr := readRecord(a.records(), key); rerr == nil && old != nil && old.Name != req.Name && a.abandoned(old) {

@@ -46,6 +46,12 @@ type Share struct {
 // cannot leave the share, whatever symlinks it holds.
 func (s *Share) Root() *os.Root { return s.root }
 
+// Mounted returns the mount table entry of share's mount (the options the
+// kernel lists for it), from the mount table only.
+func (m *Manager) Mounted(share *Share) (*nfsmount.Entry, error) {
+	return m.mounter.Mounted(share.Path)
+}
+
 // Manager owns the kept mounts. It is safe for concurrent use.
 type Manager struct {
 	dir          string

@@ -92,9 +92,6 @@ func readBounded(p string, limit int64) (string, error) {
 // zero, as a Prometheus counter may).
 func (s *Set) NFSOps() []NFSOps {
 	points := s.mounts.MountPoints()
-	if len(points) == 0 {
-		return nil
-	}
 	stats := mounttable.ParseStats(s.ops.read(), func(mp string) bool { _, ok := points[mp]; return ok })
 	sums := map[[3]string]mounttable.OpStats{}
 	for mp, ops := range stats {
@@ -105,6 +102,20 @@ func (s *Set) NFSOps() []NFSOps {
 			sum.Add(st)
 			sums[k] = sum
 		}
+	}
+	// The COMPOUNDs of the controller's own sessions (Config.Sessions).
+	s.mu.Lock()
+	for _, oa := range s.areas {
+		if oa.session != nil {
+			k := [3]string{oa.share.Export.String(), "session", "COMPOUND"}
+			sum := sums[k]
+			sum.Add(oa.session.Stats())
+			sums[k] = sum
+		}
+	}
+	s.mu.Unlock()
+	if len(sums) == 0 {
+		return nil
 	}
 	out := make([]NFSOps, 0, len(sums))
 	for k, st := range sums {

@@ -2,13 +2,17 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
@@ -32,7 +36,8 @@ func TestCallsThroughTheMount(t *testing.T) {
 	check := canaries(t)
 	defer check()
 	c := start(t, func(cfg *config.Config) {
-		cfg.CountEvery = 0 // no usage counts beside the calls counted
+		cfg.CountEvery = 0      // no usage counts beside the calls counted
+		cfg.NFSSessions = false // the mount alone (TestCallsThroughASession: with its own session)
 	})
 	vc := lab.RWX("nfsvers=4.2")
 	p := params("onDelete", "delete")
@@ -63,6 +68,66 @@ func TestCallsThroughTheMount(t *testing.T) {
 	}
 	if deletes[2] > 20 {
 		t.Errorf("an empty DeleteVolume costs the controller's NFS client %d calls (median), want at most 20", deletes[2])
+	}
+}
+
+// TestCallsThroughASession: with its own NFSv4.1 session (the default on
+// a share mounted with NFS 4.1 or 4.2), the controller's CreateVolume
+// costs the server at most 3 calls, counted by the server itself: the
+// check for a shared directory's record through the mount, then two
+// COMPOUNDs (the record and the directory; the seal and the mode). The
+// volume is what the mount's path makes: its record sealed with the
+// directory's fileid and the handle digest the mount computes (an empty
+// DeleteVolume, which checks both through the mount, removes it at once),
+// its mode the StorageClass's; and /metrics counts the session's calls.
+func TestCallsThroughASession(t *testing.T) {
+	lab.Require(t)
+	check := canaries(t)
+	defer check()
+	d := lab.StartDriver(t, nfsmount.NewSystem(), func(cfg *config.Config) {
+		cfg.CountEvery = 0
+		cfg.MetricsAddress = "127.0.0.1:29654"
+	})
+	c := lab.Connect(t, d.Endpoint)
+	vc := lab.RWX("nfsvers=4.2")
+	p := params("onDelete", "delete", "mountPermissions", "0770")
+	c.Create(t, "pvc-session-warm-up", p, vc) // mounts the share, opens the session
+	var server, mount []int64
+	var vols []*csi.Volume
+	for i := range 5 {
+		before, kernel := serverCompounds(t), lab.NFSCallsWith("lookupcache=none")
+		name := fmt.Sprintf("pvc-session-%d", i) // its subDir too
+		v := c.Create(t, name, p, vc)
+		server = append(server, serverCompounds(t)-before)
+		mount = append(mount, lab.NFSCallsWith("lookupcache=none")-kernel)
+		vols = append(vols, v)
+		id, err := volumeid.Parse(v.VolumeId)
+		must(t, err)
+		st, err := os.Lstat(onExport(name))
+		must(t, err)
+		if st.Mode().Perm() != 0o770 || !st.IsDir() {
+			t.Errorf("%s: mode %v, want a directory of mode 0770", name, st.Mode())
+		}
+		rec, err := os.Readlink(onExport(".nfsdir/volumes/" + id.Key))
+		must(t, err)
+		if want := fmt.Sprintf(`"fileID":%d,"handle":"`, st.Sys().(*syscall.Stat_t).Ino); !strings.Contains(rec, want) {
+			t.Errorf("the record of %s is not sealed with its fileid and handle: %s", name, rec)
+		}
+	}
+	t.Logf("CreateVolume through a session: calls the server ran %v, of which through the mount %v", server, mount)
+	slices.Sort(server)
+	if server[2] > 3 {
+		t.Errorf("CreateVolume through a session costs the server %d calls (median), want at most 3", server[2])
+	}
+	for i, v := range vols {
+		c.Delete(t, v)
+		id, _ := volumeid.Parse(v.VolumeId)
+		if name := fmt.Sprintf("pvc-session-%d", i); exists(onExport(name)) || exists(onExport(".nfsdir/volumes/"+id.Key)) {
+			t.Errorf("DeleteVolume left %s or its record: the seal made through the session was not the mount's", name)
+		}
+	}
+	if n := sumMetric(httpGet(t, "http://127.0.0.1:29654/metrics"), "nfsdir_nfs_operations_total", `mount="session"`, `op="COMPOUND"`); n < 10 {
+		t.Errorf("nfsdir_nfs_operations_total of COMPOUND on the session: %v after 6 volumes, want at least 10", n)
 	}
 }
 

@@ -1,0 +1,207 @@
+package provision
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/nfsproto"
+)
+
+// Compounder sends NFSv4.1 COMPOUNDs to the share's server
+// (nfsclient.Client): each call is one round trip, whatever the number of
+// operations in it.
+type Compounder interface {
+	Do(ctx context.Context, ops ...nfsproto.Op) error
+}
+
+// compounds is what an Area needs to act through a Compounder: the
+// server's filehandles of the share root and of the records directory,
+// both held open through the mount, so that every COMPOUND acts on the
+// very directories the Area checked when it was opened, never on a path.
+type compounds struct {
+	c                Compounder
+	rootFH, volumeFH []byte
+}
+
+// UseCompounds has Create make a volume at the top of the share with one
+// check through the mount and two COMPOUNDs sent through c: the record and
+// the directory (mode 0500) in one, the seal and the volume's mode in the
+// other (3 calls where the mount needs 9). It fails, and the Area goes on
+// through the mount alone, when the mount does not give the server's
+// filehandles in the form Linux's NFS client is known to (KernelHandle):
+// the seal's handle digest must be the one the mount would compute.
+func (a *Area) UseCompounds(c Compounder) error {
+	root, err := serverFH(a.rootFile)
+	if err != nil {
+		return fmt.Errorf("the share root: %w", err)
+	}
+	vols, err := serverFH(a.volumesFile)
+	if err != nil {
+		return fmt.Errorf("%s: %w", volumesDir, err)
+	}
+	a.compounds = &compounds{c: c, rootFH: root, volumeFH: vols}
+	return nil
+}
+
+// serverFH returns the server's filehandle of the directory open as f,
+// from the handle the kernel's NFS client gives it (name_to_handle_at asks
+// the server nothing), after checking that rebuilding the kernel's handle
+// from it gives the same bytes and type.
+func serverFH(f *os.File) ([]byte, error) {
+	var h unix.FileHandle
+	err := withHeld(f, func(fd int) (err error) {
+		h, _, err = unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("file handle: %w", err)
+	}
+	fh, fileid, ok := nfsproto.KernelHandle(h.Bytes())
+	if !ok {
+		return nil, fmt.Errorf("a file handle of type %d holds no NFS filehandle", h.Type())
+	}
+	if typ, b := nfsproto.KernelHandleOf(fh, fileid, nfsproto.ModeDir); typ != h.Type() || !bytes.Equal(b, h.Bytes()) {
+		return nil, fmt.Errorf("the kernel's file handle (type %d, %x) is not in the form nfsdir rebuilds (type %d, %x)", h.Type(), h.Bytes(), typ, b)
+	}
+	return fh, nil
+}
+
+// compoundable tells whether Create makes req's volume through COMPOUNDs:
+// a volume of its own at the top of the share, empty, with no owner to
+// set (a chown through NFSv4 names owners as strings, which nfsdir does
+// not map) and no agent.
+func (a *Area) compoundable(req Request) bool {
+	return a.compounds != nil && !req.Shared && req.Source == nil && req.UID < 0 && req.GID < 0 &&
+		req.QuotaAgent == "" && req.CopyAgent == "" && len(req.SubDir) > 0 && !strings.Contains(req.SubDir, "/")
+}
+
+// createByCompound is Create's making of a fresh volume (record, directory,
+// seal, mode) in two COMPOUNDs. done false: the record exists already (a
+// retry, an abandoned creation, another volume's directory), and nothing
+// was made: Create goes on through the mount, which sorts these out.
+//
+// The steps and the states a failure leaves are those of the mount's
+// path: the record first, exclusively (CREATE of the link fails when one
+// exists); the directory, empty, mode 0500, in the same COMPOUND, which
+// stops at the first failure, so a directory is never made without its
+// record; then the seal written aside and renamed over the record, and the
+// volume's mode, by the directory's filehandle. A directory at the path
+// already (EXIST) is reported as the mount's path reports it and the
+// record dropped. When the server's answer is lost (a time-out), whatever
+// ran stays: the retry finds its record and finishes through the mount,
+// which takes over an unsealed directory only when it is still exactly
+// what the first COMPOUND makes (empty, mode 0500, nfsdir's owner).
+func (a *Area) createByCompound(ctx context.Context, key string, rec *Record) (_ *Record, done bool, err error) {
+	c := a.compounds
+	text, err := json.Marshal(rec)
+	if err != nil {
+		return nil, true, err
+	}
+	StepHook("create:dir", rec.SubDir)
+	mode := uint32(newDirPerm)
+	dir := &nfsproto.GetFH{}
+	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
+	err = c.c.Do(ctx,
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Create{Type: nfsproto.TypeLink, Name: key, Link: string(text)},
+		&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.Create{Type: nfsproto.TypeDir, Name: rec.SubDir, Mode: &mode},
+		dir, attrs)
+	var oe *nfsproto.OpError
+	switch {
+	case err == nil:
+	case errors.As(err, &oe) && oe.Index == 1 && oe.Status == nfsproto.ErrExist:
+		return nil, false, nil
+	case oe != nil && oe.Index <= 1:
+		return nil, true, onShare(err, "write record %s", recordPath(key))
+	case oe != nil && oe.Index == 3:
+		if oe.Status == nfsproto.ErrExist {
+			err = a.existsError(rec.SubDir)
+		} else {
+			err = onShare(&fs.PathError{Op: "CREATE", Path: rec.SubDir, Err: err}, "create %q", rec.SubDir)
+		}
+		a.dropRecord(key, rec)
+		return nil, true, err
+	case oe != nil:
+		// The directory was made and cannot be read back: undo it.
+		a.removeNewDir(rec.SubDir)
+		a.dropRecord(key, rec)
+		return nil, true, onShare(err, "check %q", rec.SubDir)
+	default:
+		return nil, true, unknownOutcome(err, rec)
+	}
+	if attrs.Type != nfsproto.TypeDir || attrs.FileID == 0 {
+		a.removeNewDir(rec.SubDir)
+		a.dropRecord(key, rec)
+		return nil, true, fault.New(fault.Internal, "the server made %q as type %d, fileid %d", rec.SubDir, attrs.Type, attrs.FileID)
+	}
+	typ, h := nfsproto.KernelHandleOf(dir.FH, attrs.FileID, nfsproto.ModeDir)
+	sealed := *rec
+	sealed.FileID, sealed.Handle = attrs.FileID, digestOf(unix.NewFileHandle(typ, h))
+	if err := a.sealByCompound(ctx, key, &sealed, dir.FH); err != nil {
+		if sealed.FileID == 0 { // not sealed: undo, as the mount's path does
+			a.removeNewDir(rec.SubDir)
+			a.dropRecord(key, rec)
+		}
+		return nil, true, err
+	}
+	return &sealed, true, nil
+}
+
+// sealByCompound writes sealed, the record of the directory of filehandle
+// dir, aside and renames it over the record, then sets the volume's mode,
+// in one COMPOUND. sealed is unsealed (FileID 0) when its record was not
+// replaced, or may not have been.
+func (a *Area) sealByCompound(ctx context.Context, key string, sealed *Record, dir []byte) error {
+	c := a.compounds
+	text, err := json.Marshal(sealed)
+	if err != nil {
+		sealed.unseal()
+		return err
+	}
+	tmp := key + sealSuffix
+	err = c.c.Do(ctx,
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Create{Type: nfsproto.TypeLink, Name: tmp, Link: string(text)},
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.SaveFH{}, &nfsproto.Rename{Old: tmp, New: key},
+		&nfsproto.PutFH{FH: dir}, &nfsproto.SetMode{Mode: sealed.Mode & 0o7777})
+	var oe *nfsproto.OpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &oe) && oe.Index <= 1 && oe.Status == nfsproto.ErrExist:
+		// A seal link left by an interrupted rewrite: the mount's path
+		// clears it, then the mode goes by the directory's filehandle.
+		if err := rewriteRecord(a.records(), key, sealed); err != nil {
+			sealed.unseal()
+			return err
+		}
+		if err := c.c.Do(ctx, &nfsproto.PutFH{FH: dir}, &nfsproto.SetMode{Mode: sealed.Mode & 0o7777}); err != nil {
+			return onShare(err, "set mode %04o of %q", sealed.Mode, sealed.SubDir)
+		}
+		return nil
+	case oe != nil && oe.Index <= 4:
+		if oe.Index > 1 { // the seal link stays aside; a later rewrite clears it
+			klog.Warningf("%s: the seal %s stays: %v", sealed.describe(), recordPath(tmp), err)
+		}
+		sealed.unseal()
+		return onShare(err, "seal volume record %s", recordPath(key))
+	case oe != nil:
+		return onShare(err, "set mode %04o of %q", sealed.Mode, sealed.SubDir)
+	default:
+		return unknownOutcome(err, sealed)
+	}
+}
+
+// unknownOutcome is the answer when a COMPOUND's reply was lost: what it
+// did stays, and a retry finishes it.
+func unknownOutcome(err error, rec *Record) error {
+	return fault.Wrap(fault.Unavailable, err, "%s: the NFS server's answer was lost; what it did stays, and a retry finishes it", rec.describe())
+}
