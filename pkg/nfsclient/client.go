@@ -36,7 +36,7 @@ type Config struct {
 	Cred    nfsproto.Cred // AUTH_SYS credential of every call
 	Slots   int           // at most this many calls at once (default 16)
 	Timeout time.Duration // of a call whose context has no deadline (default 30 s)
-	Dial    Dialer        // default: net.Dialer
+	Dial    Dialer        // default: from a reserved port where the process may bind one
 }
 
 // Client is a session with one server. It is safe for concurrent use.
@@ -123,7 +123,7 @@ func New(cfg Config) *Client {
 		cfg.Timeout = 30 * time.Second
 	}
 	if cfg.Dial == nil {
-		cfg.Dial = (&net.Dialer{}).DialContext
+		cfg.Dial = dialReserved
 	}
 	c := &Client{cfg: cfg, est: make(chan struct{}, 1)}
 	rand.Read(c.verf[:])
@@ -133,15 +133,19 @@ func New(cfg Config) *Client {
 }
 
 // errNotSent is a call that found its session's connection closed
-// before it was sent (the server closed an idle connection, or restarted).
-var errNotSent = errors.New("not sent")
+// before it was sent (the server closed an idle connection, or restarted):
+// nfsproto.ErrNotSent.
+var errNotSent = nfsproto.ErrNotSent
 
 // ErrClosed is a call after Close.
 var ErrClosed = errors.New("nfsclient: closed")
 
 // Do runs ops as one COMPOUND, after the session's SEQUENCE, and fills in
 // their results. It returns an *nfsproto.OpError when an operation failed
-// (those before it ran, none after it). A session the server lost is made
+// (those before it ran, none after it), an error wrapping
+// nfsproto.ErrNotSent when none ran (no session could be made: the server
+// is down, or refuses the client, nfsproto.ErrRPC), and any other error
+// when the reply was lost: whether the server ran them is unknown. A session the server lost is made
 // again and the COMPOUND sent once more: the server ran none of it.
 func (c *Client) Do(ctx context.Context, ops ...nfsproto.Op) error {
 	if _, ok := ctx.Deadline(); !ok {
@@ -152,7 +156,7 @@ func (c *Client) Do(ctx context.Context, ops ...nfsproto.Op) error {
 	for try := 0; ; try++ {
 		s, err := c.session(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %w", nfsproto.ErrNotSent, err)
 		}
 		err = c.do(ctx, s, ops)
 		var oe *nfsproto.OpError

@@ -96,6 +96,10 @@ func ReplyXID(rec []byte) (uint32, error) {
 	return binary.BigEndian.Uint32(rec), nil
 }
 
+// ErrNotSent is a COMPOUND that never reached the server: none of its
+// operations ran.
+var ErrNotSent = errors.New("not sent to the NFS server")
+
 // ErrRPC is a call the server's RPC layer refused: the NFS program never
 // ran it.
 var ErrRPC = errors.New("nfsproto: call refused")

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -19,7 +20,10 @@ import (
 
 // Compounder sends NFSv4.1 COMPOUNDs to the share's server
 // (nfsclient.Client): each call is one round trip, whatever the number of
-// operations in it.
+// operations in it. Do returns an *nfsproto.OpError for a failed
+// operation (those before it ran, none after it), an error wrapping
+// nfsproto.ErrNotSent when none ran, and any other error when whether
+// they ran is unknown.
 type Compounder interface {
 	Do(ctx context.Context, ops ...nfsproto.Op) error
 }
@@ -31,6 +35,7 @@ type Compounder interface {
 type compounds struct {
 	c                Compounder
 	rootFH, volumeFH []byte
+	off              atomic.Bool // the server refused the session: the mount only
 }
 
 // UseCompounds has Create make a volume at the top of the share with one
@@ -81,14 +86,15 @@ func serverFH(f *os.File) ([]byte, error) {
 // set (a chown through NFSv4 names owners as strings, which nfsdir does
 // not map) and no agent.
 func (a *Area) compoundable(req Request) bool {
-	return a.compounds != nil && !req.Shared && req.Source == nil && req.UID < 0 && req.GID < 0 &&
+	return a.compounds != nil && !a.compounds.off.Load() && !req.Shared && req.Source == nil && req.UID < 0 && req.GID < 0 &&
 		req.QuotaAgent == "" && req.CopyAgent == "" && len(req.SubDir) > 0 && !strings.Contains(req.SubDir, "/")
 }
 
 // createByCompound is Create's making of a fresh volume (record, directory,
-// seal, mode) in two COMPOUNDs. done false: the record exists already (a
-// retry, an abandoned creation, another volume's directory), and nothing
-// was made: Create goes on through the mount, which sorts these out.
+// seal, mode) in two COMPOUNDs. done false: the record could not be made
+// (it exists already: a retry, an abandoned creation, another volume's
+// directory; or the server refused), and nothing was made: Create goes on
+// through the mount, which sorts these out.
 //
 // The steps and the states a failure leaves are those of the mount's
 // path: the record first, exclusively (CREATE of the link fails when one
@@ -118,10 +124,15 @@ func (a *Area) createByCompound(ctx context.Context, key string, rec *Record) (_
 	var oe *nfsproto.OpError
 	switch {
 	case err == nil:
-	case errors.As(err, &oe) && oe.Index == 1 && oe.Status == nfsproto.ErrExist:
+	case errors.As(err, &oe) && oe.Index <= 1, errors.Is(err, nfsproto.ErrNotSent):
+		// Nothing was made: a record is there already, the server said
+		// no (NFS4ERR_DELAY, a stale records directory, ...), or no
+		// session could be had. The mount's path goes on, and sorts it
+		// out as before.
+		if errors.Is(err, nfsproto.ErrRPC) && c.off.CompareAndSwap(false, true) {
+			klog.Warningf("the NFS server refuses nfsdir's own NFSv4.1 session, and volumes are made through the share mount from now on: %v", err)
+		}
 		return nil, false, nil
-	case oe != nil && oe.Index <= 1:
-		return nil, true, onShare(err, "write record %s", recordPath(key))
 	case oe != nil && oe.Index == 3:
 		if oe.Status == nfsproto.ErrExist {
 			err = a.existsError(rec.SubDir)
@@ -176,23 +187,26 @@ func (a *Area) sealByCompound(ctx context.Context, key string, sealed *Record, d
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &oe) && oe.Index <= 1 && oe.Status == nfsproto.ErrExist:
-		// A seal link left by an interrupted rewrite: the mount's path
-		// clears it, then the mode goes by the directory's filehandle.
+	case errors.As(err, &oe) && oe.Index <= 4, errors.Is(err, nfsproto.ErrNotSent):
+		// The record was not replaced: a seal link left by an interrupted
+		// rewrite is in the way, the server refuses the rename for now
+		// (its grace period after a restart: NFS4ERR_GRACE), or the
+		// session is gone. The mount's path clears such a link and waits
+		// the refusal out; then the mode is set.
+		klog.V(2).Infof("%s: sealing through the mount: %v", sealed.describe(), err)
 		if err := rewriteRecord(a.records(), key, sealed); err != nil {
 			sealed.unseal()
 			return err
 		}
-		if err := c.c.Do(ctx, &nfsproto.PutFH{FH: dir}, &nfsproto.SetMode{Mode: sealed.Mode & 0o7777}); err != nil {
+		err := c.c.Do(ctx, &nfsproto.PutFH{FH: dir}, &nfsproto.SetMode{Mode: sealed.Mode & 0o7777})
+		if errors.Is(err, nfsproto.ErrNotSent) {
+			// Through the mount, on the directory found sealed at its path.
+			return a.makeDir(key, sealed, false)
+		}
+		if err != nil {
 			return onShare(err, "set mode %04o of %q", sealed.Mode, sealed.SubDir)
 		}
 		return nil
-	case oe != nil && oe.Index <= 4:
-		if oe.Index > 1 { // the seal link stays aside; a later rewrite clears it
-			klog.Warningf("%s: the seal %s stays: %v", sealed.describe(), recordPath(tmp), err)
-		}
-		sealed.unseal()
-		return onShare(err, "seal volume record %s", recordPath(key))
 	case oe != nil:
 		return onShare(err, "set mode %04o of %q", sealed.Mode, sealed.SubDir)
 	default:

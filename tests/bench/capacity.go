@@ -198,12 +198,15 @@ type cdRound struct {
 	createsAll       int64
 	deletesOwn       int64
 	deletesAll       int64
+	// The calls the lab's server ran (NFSv4 COMPOUNDs, every client's:
+	// the controller's mount and its own session both count).
+	createsServer, deletesServer int64
 }
 
 func (b *bench) cdRound(label string, p map[string]string, vc *csi.VolumeCapability) cdRound {
 	var r cdRound
 	var vols []*csi.Volume
-	own, all := lab.NFSCallsWith("lookupcache=none"), lab.NFSCalls()
+	own, all, server := lab.NFSCallsWith("lookupcache=none"), lab.NFSCalls(), lab.ServerCompounds()
 	for i := range *rounds {
 		t0 := time.Now()
 		v, err := b.ctl.CreateVolume(b.ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("pvc-%s-%d", label, i), Parameters: p,
@@ -214,8 +217,8 @@ func (b *bench) cdRound(label string, p map[string]string, vc *csi.VolumeCapabil
 		r.creates = append(r.creates, time.Since(t0))
 		vols = append(vols, v.GetVolume())
 	}
-	r.createsOwn, r.createsAll = lab.NFSCallsWith("lookupcache=none")-own, lab.NFSCalls()-all
-	own, all = lab.NFSCallsWith("lookupcache=none"), lab.NFSCalls()
+	r.createsOwn, r.createsAll, r.createsServer = lab.NFSCallsWith("lookupcache=none")-own, lab.NFSCalls()-all, lab.ServerCompounds()-server
+	own, all, server = lab.NFSCallsWith("lookupcache=none"), lab.NFSCalls(), lab.ServerCompounds()
 	for _, v := range vols {
 		t0 := time.Now()
 		if _, err := b.ctl.DeleteVolume(b.ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); err != nil {
@@ -223,7 +226,7 @@ func (b *bench) cdRound(label string, p map[string]string, vc *csi.VolumeCapabil
 		}
 		r.deletes = append(r.deletes, time.Since(t0))
 	}
-	r.deletesOwn, r.deletesAll = lab.NFSCallsWith("lookupcache=none")-own, lab.NFSCalls()-all
+	r.deletesOwn, r.deletesAll, r.deletesServer = lab.NFSCallsWith("lookupcache=none")-own, lab.NFSCalls()-all, lab.ServerCompounds()-server
 	return r
 }
 
@@ -275,7 +278,7 @@ func (b *bench) agentRows() {
 // holding every byte that long each way, NFSv3 through farFlags), bare
 // mkdir and rmdir on farBare, CreateVolume and an empty DeleteVolume
 // through the controller's mount, and the same made by the copy agent.
-func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration) {
+func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration, port int) {
 	agent, err := lab.NewProxyTo(quotaAgentAddr, delay)
 	if err != nil {
 		die(err)
@@ -298,6 +301,34 @@ func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration) 
 	add(fmt.Sprintf("CreateVolume p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, calls(r.createsOwn, r.createsAll, mkN))
 	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, calls(r.deletesOwn, r.deletesAll, rmN))
 	b.agentRound(where, fmt.Sprintf("127.0.0.1:%d", agent.Port), p, vc, mk, rm, mkN, rmN)
+	b.sessionRows(port, where, p)
+}
+
+// sessionRows measures CreateVolume and an empty DeleteVolume on the
+// share mounted with NFSv4.2 through the proxy on port, where the
+// controller's own NFSv4.1 session (--nfs-sessions) goes the same way,
+// against bare mkdir and rmdir on an NFSv4.2 mount through it; the calls
+// are those the server ran (COMPOUNDs), the session's included.
+func (b *bench) sessionRows(port int, where string, p map[string]string) {
+	flags := []string{"nfsvers=4.2", fmt.Sprintf("port=%d", port)}
+	bare, err := os.MkdirTemp("", "bare-v4-")
+	if err != nil {
+		die(err)
+	}
+	if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(flags, ","), os.Getenv("NFSDIR_LAB_SERVER")+":"+b.export, bare).CombinedOutput(); err != nil {
+		die(fmt.Errorf("mount NFSv4.2 through the proxy: %v: %s", err, out))
+	}
+	defer exec.Command("umount", bare).Run()
+	mk, rm, mkN, rmN := b.bareRoundIn(bare)
+	vc := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
+		AccessMode: b.vc.AccessMode}
+	b.cdRound("far-session-warm-up", p, vc)
+	r := b.cdRound("far-session", p, vc)
+	server := func(n, bare int64) string {
+		return fmt.Sprintf("%s (server)", perOp(n, bare, *rounds))
+	}
+	add(fmt.Sprintf("CreateVolume through its NFSv4.1 session, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "≤ 4× bare mkdir", true, server(r.createsServer, mkN))
+	add(fmt.Sprintf("DeleteVolume (empty), NFSv4.2 share, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "≤ 6× bare rmdir", true, server(r.deletesServer, rmN))
 }
 
 func (s *scaleRows) after() {

@@ -266,7 +266,7 @@ func main() {
 		add(fmt.Sprintf("DeleteVolume of %d files, server %s away: purged", *farFiles, *farDelay), farPurge, farRm,
 			"vs rm -rf over NFS", true, farCalls)
 		if *rounds > 0 {
-			b.farRows(farFlags, farBare, *farDelay)
+			b.farRows(farFlags, farBare, *farDelay, proxy.Port)
 		}
 		exec.Command("umount", farBare).Run()
 		proxy.Close()

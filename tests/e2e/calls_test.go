@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -79,7 +80,9 @@ func TestCallsThroughTheMount(t *testing.T) {
 // volume is what the mount's path makes: its record sealed with the
 // directory's fileid and the handle digest the mount computes (an empty
 // DeleteVolume, which checks both through the mount, removes it at once),
-// its mode the StorageClass's; and /metrics counts the session's calls.
+// its mode the StorageClass's; a CreateVolume in the server's grace
+// period after a restart succeeds; and /metrics counts the session's
+// calls.
 func TestCallsThroughASession(t *testing.T) {
 	lab.Require(t)
 	check := canaries(t)
@@ -125,6 +128,23 @@ func TestCallsThroughASession(t *testing.T) {
 		if name := fmt.Sprintf("pvc-session-%d", i); exists(onExport(name)) || exists(onExport(".nfsdir/volumes/"+id.Key)) {
 			t.Errorf("DeleteVolume left %s or its record: the seal made through the session was not the mount's", name)
 		}
+	}
+	// Right after a server restart, in its grace period, the server
+	// refuses renames (NFS4ERR_GRACE): the session is made again, and the
+	// seal goes through the mount, which waits the grace period out.
+	lab.Sh(t, "rpc.nfsd 0 && rpc.nfsd 8")
+	defer lab.StartNFSServer(t)
+	t0 := time.Now()
+	v := c.Create(t, "pvc-session-in-grace", p, vc)
+	t.Logf("CreateVolume in the server's grace period: %v", time.Since(t0))
+	rec, err := os.Readlink(onExport(".nfsdir/volumes/" + volumeid.KeyForDir("pvc-session-in-grace")))
+	must(t, err)
+	if !strings.Contains(rec, `"fileID":`) {
+		t.Errorf("the volume made in the grace period is not sealed: %s", rec)
+	}
+	c.Delete(t, v)
+	if exists(onExport("pvc-session-in-grace")) {
+		t.Error("the volume made in the grace period was not deleted")
 	}
 	if n := sumMetric(httpGet(t, "http://127.0.0.1:29654/metrics"), "nfsdir_nfs_operations_total", `mount="session"`, `op="COMPOUND"`); n < 10 {
 		t.Errorf("nfsdir_nfs_operations_total of COMPOUND on the session: %v after 6 volumes, want at least 10", n)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,20 +19,13 @@ import (
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
-// serverCompounds is the number of COMPOUNDs the lab's server has run
-// (the proc4 line of /proc/net/rpc/nfsd: "proc4 2 <NULL> <COMPOUND>").
+// serverCompounds is lab.ServerCompounds, which must be readable.
 func serverCompounds(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/net/rpc/nfsd")
-	must(t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 4 && f[0] == "proc4" {
-			n, err := strconv.ParseInt(f[3], 10, 64)
-			must(t, err)
-			return n
-		}
+	n := lab.ServerCompounds()
+	if n < 0 {
+		t.Fatal("no proc4 line in /proc/net/rpc/nfsd")
 	}
-	t.Fatal("no proc4 line in /proc/net/rpc/nfsd")
-	return 0
+	return n
 }
 
 // kernelFH is the server's filehandle of p, on a kernel NFS mount, as

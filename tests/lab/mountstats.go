@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nfsdir/nfsdir/pkg/mounttable"
@@ -92,4 +93,22 @@ func NFSCalls() int64 {
 		}
 	}
 	return total
+}
+
+// ServerCompounds is the number of NFSv4 COMPOUNDs the lab's server has
+// run, every client's (the proc4 line of /proc/net/rpc/nfsd: "proc4 2
+// <NULL> <COMPOUND>"); -1 when it cannot be read.
+func ServerCompounds() int64 {
+	b, err := os.ReadFile("/proc/net/rpc/nfsd")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "proc4" {
+			if n, err := strconv.ParseInt(f[3], 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
