@@ -40,8 +40,9 @@ type compounds struct {
 
 // UseCompounds has Create make a volume at the top of the share with one
 // check through the mount and two COMPOUNDs sent through c: the record and
-// the directory (mode 0500) in one, the seal and the volume's mode in the
-// other (3 calls where the mount needs 9). It fails, and the Area goes on
+// the directory (mode 0500) in one, sent with the check, the seal and the
+// volume's mode in the other (3 calls where the mount needs 9, in two
+// round trips). It fails, and the Area goes on
 // through the mount alone, when the mount does not give the server's
 // filehandles in the form Linux's NFS client is known to (KernelHandle):
 // the seal's handle digest must be the one the mount would compute.
@@ -107,8 +108,10 @@ func (a *Area) compoundable(req Request) bool {
 // ran stays: the retry finds its record and finishes through the mount,
 // which takes over an unsealed directory only when it is still exactly
 // what the first COMPOUND makes (empty, mode 0500, nfsdir's owner).
-func (a *Area) createByCompound(ctx context.Context, key string, rec *Record) (_ *Record, done bool, err error) {
+func (a *Area) createByCompound(ctx context.Context, req Request) (_ *Record, done bool, err error) {
 	c := a.compounds
+	rec := newRecord(req)
+	key := rec.Key()
 	text, err := json.Marshal(rec)
 	if err != nil {
 		return nil, true, err
@@ -117,11 +120,34 @@ func (a *Area) createByCompound(ctx context.Context, key string, rec *Record) (_
 	mode := uint32(newDirPerm)
 	dir := &nfsproto.GetFH{}
 	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
-	err = c.c.Do(ctx,
-		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Create{Type: nfsproto.TypeLink, Name: key, Link: string(text)},
-		&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.Create{Type: nfsproto.TypeDir, Name: rec.SubDir, Mode: &mode},
-		dir, attrs)
+	// The check for a shared directory's record at the path goes to the
+	// server at the same time; when it finds one, what the COMPOUND made
+	// (a new, empty directory and its record) is undone, as recheckNesting
+	// undoes a volume that finds another around it.
+	var kindErr error
+	together(
+		func() {
+			err = c.c.Do(ctx,
+				&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Create{Type: nfsproto.TypeLink, Name: key, Link: string(text)},
+				&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.Create{Type: nfsproto.TypeDir, Name: rec.SubDir, Mode: &mode},
+				dir, attrs)
+		},
+		func() { kindErr = a.checkKind(req) },
+	)
 	var oe *nfsproto.OpError
+	if kindErr != nil {
+		errors.As(err, &oe)
+		switch {
+		case err == nil, oe != nil && oe.Index >= 4: // the directory was made
+			a.removeNewDir(rec.SubDir)
+			a.dropRecord(key, rec)
+		case oe != nil && oe.Index >= 2: // the record only
+			a.dropRecord(key, rec)
+		case oe == nil && !errors.Is(err, nfsproto.ErrNotSent):
+			return nil, true, unknownOutcome(err, rec) // the retry finds out
+		}
+		return nil, true, kindErr
+	}
 	switch {
 	case err == nil:
 	case errors.As(err, &oe) && oe.Index <= 1, errors.Is(err, nfsproto.ErrNotSent):
@@ -133,8 +159,10 @@ func (a *Area) createByCompound(ctx context.Context, key string, rec *Record) (_
 			klog.Warningf("the NFS server refuses nfsdir's own NFSv4.1 session, and volumes are made through the share mount from now on: %v", err)
 		}
 		return nil, false, nil
-	case oe != nil && oe.Index == 3:
-		if oe.Status == nfsproto.ErrExist {
+	case oe != nil && oe.Index <= 3:
+		// The record was made, the directory was not (a directory made
+		// by someone else is never removed here).
+		if oe.Index == 3 && oe.Status == nfsproto.ErrExist {
 			err = a.existsError(rec.SubDir)
 		} else {
 			err = onShare(&fs.PathError{Op: "CREATE", Path: rec.SubDir, Err: err}, "create %q", rec.SubDir)

@@ -14,6 +14,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/nfsproto"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
 // fakeCompounder answers every COMPOUND with err, and counts them.
@@ -185,5 +186,26 @@ func TestSealThroughTheMountWhenTheServerRefusesTheRename(t *testing.T) {
 				t.Error("the seal's link stays aside")
 			}
 		})
+	}
+}
+
+// TestCreateThroughTheSessionUndoesWhatAConcurrentCheckRefuses: the check
+// for a shared directory's record, sent with the first COMPOUND, finds
+// one: the volume's record and directory the COMPOUND made are undone,
+// and the call is AlreadyExists, as when the check goes first.
+func TestCreateThroughTheSessionUndoesWhatAConcurrentCheckRefuses(t *testing.T) {
+	dir, a := newShare(t)
+	withCompounds(a, &localServer{dir: dir})
+	shared := &Record{Version: RecordVersion, SharedDir: true, Token: "aaaaaaaa", SubDir: "lonely", OnDelete: params.Retain, Mode: 0o770, UID: -1, GID: -1}
+	fatalIf(t, writeRecordExclusive(a.records(), shared.Key(), shared)) // its creation cut before its directory
+	_, err := a.Create(context.Background(), req("pvc-lonely", "lonely", params.Delete))
+	if !fault.Is(err, fault.AlreadyExists) {
+		t.Errorf("Create: %v, want AlreadyExists", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "lonely")); err == nil {
+		t.Error("the directory the COMPOUND made stays")
+	}
+	if rec, _ := readRecord(a.records(), volumeid.KeyForDir("lonely")); rec != nil {
+		t.Errorf("the record the COMPOUND made stays: %+v", rec)
 	}
 }

@@ -97,6 +97,15 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if rec, done, err := a.makeRemote(ctx, req); done {
 		return rec, err
 	}
+	if a.compoundable(req) {
+		made, done, err := a.createByCompound(ctx, req)
+		if done {
+			if err == nil {
+				a.learnDir(made)
+			}
+			return made, err
+		}
+	}
 	// Three checks that only look (records above, shares above, the
 	// other kind's record), made at once below a parent.
 	if err := a.firstError(len(safepath.Parents(req.SubDir)) > 0,
@@ -109,10 +118,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if req.Shared && req.Source != nil {
 		return nil, fault.New(fault.InvalidArgument, "volume %q: a volume that shares its directory (allowSharedSubDir) cannot be made from a snapshot or another volume", req.Name)
 	}
-	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
-		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
-		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, Pending: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent}
+	rec := newRecord(req)
 	key := rec.Key()
 	if req.Source != nil {
 		// Checked before the record: a volume whose source is missing
@@ -122,15 +128,6 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 			if err := a.checkSource(req); err != nil {
 				return nil, err
 			}
-		}
-	}
-	if a.compoundable(req) {
-		made, done, err := a.createByCompound(ctx, key, rec)
-		if done {
-			if err == nil {
-				a.learnDir(made)
-			}
-			return made, err
 		}
 	}
 	err := writeRecordExclusive(a.records(), key, rec)
@@ -176,6 +173,14 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	}
 	a.learnDir(rec)
 	return rec, nil
+}
+
+// newRecord is the record of a new volume for req, not sealed yet.
+func newRecord(req Request) *Record {
+	return &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
+		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
+		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, Pending: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent}
 }
 
 // AbandonedAfter is how old a volume's record must be, with no directory
