@@ -21,13 +21,14 @@ const (
 
 // Attributes nfsdir reads or sets.
 const (
-	AttrType     = 1
-	AttrChange   = 3
-	AttrSize     = 4
-	AttrFSID     = 8
-	AttrFileID   = 20
-	AttrMode     = 33
-	AttrNumLinks = 35
+	AttrType       = 1
+	AttrChange     = 3
+	AttrSize       = 4
+	AttrFSID       = 8
+	AttrFilehandle = 19
+	AttrFileID     = 20
+	AttrMode       = 33
+	AttrNumLinks   = 35
 )
 
 // Op is one operation of a COMPOUND: its arguments are set before the
@@ -326,6 +327,27 @@ func (o *ReadLink) decode(d *Decoder, st Status) {
 		o.Link = d.String(maxName)
 	}
 }
+
+// Verify lets the COMPOUND go on only when the current filehandle is
+// FH, of type Type and fileid FileID (VERIFY of the filehandle, type and
+// fileid attributes); otherwise it stops with NFS4ERR_NOT_SAME.
+type Verify struct {
+	Type   uint32
+	FH     []byte
+	FileID uint64
+}
+
+func (*Verify) OpName() string { return "VERIFY" }
+func (*Verify) code() uint32   { return 37 }
+func (o *Verify) encode(e *Encoder) {
+	e.Bitmap(AttrType, AttrFilehandle, AttrFileID)
+	var v Encoder
+	v.Uint32(o.Type)
+	v.Opaque(o.FH)
+	v.Uint64(o.FileID)
+	e.Opaque(v.Bytes())
+}
+func (*Verify) decode(*Decoder, Status) {}
 
 // SetMode sets the current filehandle's mode (SETATTR with the anonymous
 // stateid).

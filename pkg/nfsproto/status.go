@@ -34,6 +34,7 @@ const (
 	ErrMoved       Status = 10019
 	ErrNoFH        Status = 10020
 	ErrStaleClient Status = 10022
+	ErrNotSame     Status = 10027
 	ErrSymlink     Status = 10029
 	ErrBadXDR      Status = 10036
 	ErrBadName     Status = 10041
@@ -52,7 +53,7 @@ var statusNames = map[Status]string{
 	ErrBadHandle: "NFS4ERR_BADHANDLE", ErrDelay: "NFS4ERR_DELAY", ErrExpired: "NFS4ERR_EXPIRED",
 	ErrGrace: "NFS4ERR_GRACE", ErrWrongSec: "NFS4ERR_WRONGSEC", ErrMoved: "NFS4ERR_MOVED",
 	ErrNoFH: "NFS4ERR_NOFILEHANDLE", ErrStaleClient: "NFS4ERR_STALE_CLIENTID",
-	ErrSymlink: "NFS4ERR_SYMLINK", ErrBadXDR: "NFS4ERR_BADXDR", ErrBadName: "NFS4ERR_BADNAME",
+	ErrNotSame: "NFS4ERR_NOT_SAME", ErrSymlink: "NFS4ERR_SYMLINK", ErrBadXDR: "NFS4ERR_BADXDR", ErrBadName: "NFS4ERR_BADNAME",
 	ErrBadSession: "NFS4ERR_BADSESSION", ErrBadSlot: "NFS4ERR_BADSLOT",
 	ErrSeqMisorder: "NFS4ERR_SEQ_MISORDERED", ErrDeadSession: "NFS4ERR_DEADSESSION",
 }

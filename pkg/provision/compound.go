@@ -16,6 +16,9 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/nfsproto"
+	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/safepath"
+	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
 // Compounder sends NFSv4.1 COMPOUNDs to the share's server
@@ -33,9 +36,9 @@ type Compounder interface {
 // both held open through the mount, so that every COMPOUND acts on the
 // very directories the Area checked when it was opened, never on a path.
 type compounds struct {
-	c                Compounder
-	rootFH, volumeFH []byte
-	off              atomic.Bool // the server refused the session: the mount only
+	c                         Compounder
+	rootFH, volumeFH, trashFH []byte
+	off                       atomic.Bool // the server refused the session: the mount only
 }
 
 // UseCompounds has Create make a volume at the top of the share with one
@@ -55,7 +58,11 @@ func (a *Area) UseCompounds(c Compounder) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", volumesDir, err)
 	}
-	a.compounds = &compounds{c: c, rootFH: root, volumeFH: vols}
+	trash, err := serverFH(a.trashFile)
+	if err != nil {
+		return fmt.Errorf("%s: %w", trashDir, err)
+	}
+	a.compounds = &compounds{c: c, rootFH: root, volumeFH: vols, trashFH: trash}
 	return nil
 }
 
@@ -246,4 +253,120 @@ func (a *Area) sealByCompound(ctx context.Context, key string, sealed *Record, d
 // did stays, and a retry finishes it.
 func unknownOutcome(err error, rec *Record) error {
 	return fault.Wrap(fault.Unavailable, err, "%s: the NFS server's answer was lost; what it did stays, and a retry finishes it", rec.describe())
+}
+
+// deleteByCompound is DeleteVolume of the volume of id through COMPOUNDs,
+// when its directory is known (knownDir) to lie at the top of the share:
+// three round trips where the mount needs about nine. done false: nothing
+// was changed, and the mount's path does the whole call, from the record's
+// read on, as it would have: whatever is not the plain case (no record, a
+// record held aside by an update or an interrupted removal, a pending
+// entry in the trash, nothing or something else at the path, a policy
+// other than delete, a volume of an agent, an unsealed or shared one) is
+// left to it, and so is what follows any failure once something changed
+// (it recovers every state a cut call leaves).
+//
+// The plain case: the look-ups go at once (the record and the absence of
+// an update's; what is at the path, its handle, attributes and the
+// absence of another share's metadata directory in it; the absence of a
+// pending trash entry and of an interrupted removal's record); the
+// directory must be the sealed one, by fileid and by the digest of its
+// handle. Then one COMPOUND moves it to its pending trash name, checks
+// that what was moved is the very filehandle checked (VERIFY: the
+// COMPOUND stops otherwise), removes it when empty, and takes the record
+// aside and reads it; a last one removes the record when it is still the
+// volume's.
+func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge, done bool, err error) {
+	c := a.compounds
+	subDir, ok := a.knownDir(id.Key)
+	if c == nil || c.off.Load() || a.onServer || !ok || strings.Contains(subDir, "/") {
+		return false, false, nil
+	}
+	update, aside, pending := id.Key+updateSuffix+id.Token, id.Key+asideSuffix+id.Token, pendingPrefix+trashName(id)
+	text := &nfsproto.ReadLink{}
+	fh := &nfsproto.GetFH{}
+	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
+	var recErr, pathErr, pendingErr, asideErr error
+	var noFigure bool
+	together(
+		func() {
+			recErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: id.Key}, text,
+				&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: update})
+		},
+		func() {
+			pathErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.rootFH}, &nfsproto.Lookup{Name: subDir}, fh, attrs,
+				&nfsproto.Lookup{Name: safepath.MetaDir})
+		},
+		func() {
+			pendingErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Lookup{Name: pending})
+		},
+		func() { asideErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: aside}) },
+		func() { noFigure = a.figureAbsent(id.Key) },
+	)
+	if !absentAt(recErr, 4) || !absentAt(pathErr, 4) || !absentAt(pendingErr, 1) || !absentAt(asideErr, 1) {
+		return false, false, nil
+	}
+	rec, err := parseRecord(id.Key, id.Key, text.Link)
+	if err != nil || rec.Token != id.Token || rec.SharedDir || rec.Shared || rec.SubDir != subDir ||
+		rec.OnDelete != params.Delete || rec.FileID == 0 || rec.Handle == "" || rec.CopyAgent != "" ||
+		rec.QuotaAgent != "" || rec.Filling || rec.Pending {
+		return false, false, nil
+	}
+	typ, h := nfsproto.KernelHandleOf(fh.FH, attrs.FileID, nfsproto.ModeDir)
+	if attrs.Type != nfsproto.TypeDir || attrs.FileID != rec.FileID || digestOf(unix.NewFileHandle(typ, h)) != rec.Handle {
+		return false, false, nil // not the sealed directory: the mount's path says so
+	}
+	if before != nil {
+		if err := before(rec); err != nil {
+			return false, true, err
+		}
+	}
+	StepHook("delete:move", rec.SubDir)
+	text.Link = ""
+	err = c.c.Do(ctx,
+		&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.SaveFH{}, &nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Rename{Old: subDir, New: pending},
+		&nfsproto.Lookup{Name: pending}, &nfsproto.Verify{Type: nfsproto.TypeDir, FH: fh.FH, FileID: rec.FileID},
+		&nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Remove{Target: pending},
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.SaveFH{}, &nfsproto.Rename{Old: id.Key, New: aside},
+		&nfsproto.Lookup{Name: aside}, text)
+	var oe *nfsproto.OpError
+	switch {
+	case errors.As(err, &oe) && oe.Index <= 3, errors.Is(err, nfsproto.ErrNotSent):
+		return false, false, nil // nothing moved
+	case oe != nil:
+		// Moved, and then not the volume's (NFS4ERR_NOT_SAME: moved back
+		// by the mount's path), not empty, or the record not taken aside:
+		// the mount's path finishes from where this stopped.
+		klog.V(2).Infof("%s: deleting through the mount from here: %v", rec.describe(), err)
+		purge, err = a.deleteAs(id, "", nil, nil)
+		return purge, true, err
+	case err != nil:
+		return false, true, unknownOutcome(err, rec)
+	}
+	StepHook("delete:record", rec.SubDir)
+	var taken *Record
+	if taken, err = parseRecord(id.Key, aside, text.Link); err != nil || taken.Token != id.Token {
+		// Another volume's record, written after this one was read: put
+		// it back (the mount's path does).
+		return false, true, settleAside(a.records(), id.Key, aside, id.Token)
+	}
+	var removeErr error
+	tail := []func(){func() { removeErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Remove{Target: aside}) }}
+	if !noFigure {
+		tail = append(tail, func() { a.dropFigure(id.Key, id.Token) })
+	}
+	together(tail...)
+	if removeErr != nil {
+		return false, true, settleAside(a.records(), id.Key, aside, id.Token)
+	}
+	return false, true, nil
+}
+
+// absentAt tells whether err is a COMPOUND's stop at operation index
+// for a name that is not there (a LOOKUP's NFS4ERR_NOENT): what a
+// COMPOUND ending with a look-up for an absence answers when all before
+// it went through.
+func absentAt(err error, index int) bool {
+	var oe *nfsproto.OpError
+	return errors.As(err, &oe) && oe.Index == index && oe.Status == nfsproto.ErrNoEnt
 }

@@ -57,13 +57,26 @@ func TestCreateGoesThroughTheMountWhenTheSessionMadeNothing(t *testing.T) {
 					t.Errorf("volume %d: %v, record %+v", i, err, rec)
 				}
 			}
-			if want := 2; errors.Is(err, nfsproto.ErrRPC) {
-				want = 1
-				if f.calls != want {
-					t.Errorf("%d COMPOUNDs to a server that refused the session, want %d", f.calls, want)
+			creates := f.calls
+			// DeleteVolume: the look-ups fail, and the mount's path
+			// deletes.
+			for i := range 2 {
+				id := volumeid.ID{Key: volumeid.KeyForDir(fmt.Sprint("pvc-", i))}
+				rec, _ := readRecord(a.records(), id.Key)
+				id.Token = rec.Token
+				if _, err := a.Delete(context.Background(), id); err != nil {
+					t.Fatal(err)
 				}
-			} else if f.calls != want {
-				t.Errorf("%d COMPOUNDs, want %d", f.calls, want)
+				if _, err := os.Lstat(filepath.Join(dir, fmt.Sprint("pvc-", i))); err == nil {
+					t.Errorf("volume %d stays", i)
+				}
+			}
+			if want := 2; errors.Is(err, nfsproto.ErrRPC) {
+				if f.calls != 1 {
+					t.Errorf("%d COMPOUNDs to a server that refused the session, want 1", f.calls)
+				}
+			} else if creates != want {
+				t.Errorf("%d COMPOUNDs of CreateVolume, want %d", creates, want)
 			}
 		})
 	}

@@ -254,6 +254,11 @@ func readAside(volumes recordDir, key, name string) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read volume record %s: %w", recordPath(name), err)
 	}
+	return parseRecord(key, name, b)
+}
+
+// parseRecord reads the text b of the record of key, stored under name.
+func parseRecord(key, name, b string) (*Record, error) {
 	var r Record
 	if err := json.Unmarshal([]byte(b), &r); err != nil {
 		return nil, badRecord("volume record %s is corrupt: %v", recordPath(name), err)

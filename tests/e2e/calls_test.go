@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
@@ -122,20 +125,65 @@ func TestCallsThroughASession(t *testing.T) {
 	if server[2] > 3 {
 		t.Errorf("CreateVolume through a session costs the server %d calls (median), want at most 3", server[2])
 	}
+	var deletes []int64
 	for i, v := range vols {
+		before := serverCompounds(t)
 		c.Delete(t, v)
+		deletes = append(deletes, serverCompounds(t)-before)
 		id, _ := volumeid.Parse(v.VolumeId)
 		if name := fmt.Sprintf("pvc-session-%d", i); exists(onExport(name)) || exists(onExport(".nfsdir/volumes/"+id.Key)) {
 			t.Errorf("DeleteVolume left %s or its record: the seal made through the session was not the mount's", name)
 		}
 	}
+	t.Logf("empty DeleteVolume through a session: calls the server ran %v", deletes)
+	slices.Sort(deletes)
+	if deletes[2] > 7 {
+		t.Errorf("an empty DeleteVolume through a session costs the server %d calls (median), want at most 7", deletes[2])
+	}
+	// A directory replaced behind nfsdir's back is not deleted, and the
+	// record stays, through the session as through the mount.
+	v := c.Create(t, "pvc-session-replaced", p, vc)
+	must(t, os.Rename(onExport("pvc-session-replaced"), onExport("pvc-session-replaced-moved")))
+	defer os.RemoveAll(onExport("pvc-session-replaced-moved"))
+	must(t, os.Mkdir(onExport("pvc-session-replaced"), 0o770))
+	defer os.RemoveAll(onExport("pvc-session-replaced"))
+	must(t, os.WriteFile(onExport("pvc-session-replaced/tenant-data"), []byte("keep"), 0o644))
+	if _, err := c.Controller.DeleteVolume(lab.Ctx(t, time.Minute), &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("DeleteVolume of a replaced directory: %v, want FailedPrecondition", err)
+	}
+	if b, err := os.ReadFile(onExport("pvc-session-replaced/tenant-data")); err != nil || string(b) != "keep" {
+		t.Errorf("the replacing directory's data: %q, %v", b, err)
+	}
+	// Replaced between the look-ups and the move: the COMPOUND moves the
+	// new directory into the trash, its VERIFY of the checked filehandle
+	// stops it there, and the mount's path moves it back, untouched.
+	v = c.Create(t, "pvc-session-swapped", p, vc)
+	var swapped bool // once: the mount's path, which takes over, calls the hook again
+	provision.StepHook = func(step, subDir string) {
+		if step == "delete:move" && subDir == "pvc-session-swapped" && !swapped {
+			swapped = true
+			must(t, os.Rename(onExport(subDir), onExport(subDir+"-moved")))
+			must(t, os.Mkdir(onExport(subDir), 0o770))
+			must(t, os.WriteFile(onExport(subDir+"/tenant-data"), []byte("keep"), 0o644))
+		}
+	}
+	t.Cleanup(func() { provision.StepHook = func(string, string) {} })
+	defer os.RemoveAll(onExport("pvc-session-swapped-moved"))
+	defer os.RemoveAll(onExport("pvc-session-swapped"))
+	if _, err := c.Controller.DeleteVolume(lab.Ctx(t, time.Minute), &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("DeleteVolume of a directory replaced after its look-ups: %v, want FailedPrecondition", err)
+	}
+	if b, err := os.ReadFile(onExport("pvc-session-swapped/tenant-data")); err != nil || string(b) != "keep" {
+		t.Errorf("the replacing directory is not back at its path with its data: %q, %v", b, err)
+	}
+	provision.StepHook = func(string, string) {}
 	// Right after a server restart, in its grace period, the server
 	// refuses renames (NFS4ERR_GRACE): the session is made again, and the
 	// seal goes through the mount, which waits the grace period out.
 	lab.Sh(t, "rpc.nfsd 0 && rpc.nfsd 8")
 	defer lab.StartNFSServer(t)
 	t0 := time.Now()
-	v := c.Create(t, "pvc-session-in-grace", p, vc)
+	v = c.Create(t, "pvc-session-in-grace", p, vc)
 	t.Logf("CreateVolume in the server's grace period: %v", time.Since(t0))
 	rec, err := os.Readlink(onExport(".nfsdir/volumes/" + volumeid.KeyForDir("pvc-session-in-grace")))
 	must(t, err)
