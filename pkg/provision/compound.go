@@ -257,7 +257,7 @@ func unknownOutcome(err error, rec *Record) error {
 
 // deleteByCompound is DeleteVolume of the volume of id through COMPOUNDs,
 // when its directory is known (knownDir) to lie at the top of the share:
-// three round trips where the mount needs about nine. done false: nothing
+// two round trips where the mount needs about nine. done false: nothing
 // was changed, and the mount's path does the whole call, from the record's
 // read on, as it would have: whatever is not the plain case (no record, a
 // record held aside by an update or an interrupted removal, a pending
@@ -273,9 +273,12 @@ func unknownOutcome(err error, rec *Record) error {
 // directory must be the sealed one, by fileid and by the digest of its
 // handle. Then one COMPOUND moves it to its pending trash name, checks
 // that what was moved is the very filehandle checked (VERIFY: the
-// COMPOUND stops otherwise), removes it when empty, and takes the record
-// aside and reads it; a last one removes the record when it is still the
-// volume's.
+// COMPOUND stops otherwise), removes it when empty, takes the record
+// aside, checks that what was taken is the very link read (by its
+// filehandle: a symlink's text never changes, so that link holds the
+// record read) and removes it. The
+// usage figure, when there is one, is dropped at the same time through
+// the mount.
 func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge, done bool, err error) {
 	c := a.compounds
 	subDir, ok := a.knownDir(id.Key)
@@ -283,14 +286,15 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 		return false, false, nil
 	}
 	update, aside, pending := id.Key+updateSuffix+id.Token, id.Key+asideSuffix+id.Token, pendingPrefix+trashName(id)
-	text := &nfsproto.ReadLink{}
+	text, recFH := &nfsproto.ReadLink{}, &nfsproto.GetFH{}
+	recAttrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
 	fh := &nfsproto.GetFH{}
 	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
 	var recErr, pathErr, pendingErr, asideErr error
 	var noFigure bool
 	together(
 		func() {
-			recErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: id.Key}, text,
+			recErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: id.Key}, recFH, recAttrs, text,
 				&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: update})
 		},
 		func() {
@@ -303,11 +307,11 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 		func() { asideErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: aside}) },
 		func() { noFigure = a.figureAbsent(id.Key) },
 	)
-	if !absentAt(recErr, 4) || !absentAt(pathErr, 4) || !absentAt(pendingErr, 1) || !absentAt(asideErr, 1) {
+	if !absentAt(recErr, 6) || !absentAt(pathErr, 4) || !absentAt(pendingErr, 1) || !absentAt(asideErr, 1) {
 		return false, false, nil
 	}
 	rec, err := parseRecord(id.Key, id.Key, text.Link)
-	if err != nil || rec.Token != id.Token || rec.SharedDir || rec.Shared || rec.SubDir != subDir ||
+	if err != nil || recAttrs.Type != nfsproto.TypeLink || rec.Token != id.Token || rec.SharedDir || rec.Shared || rec.SubDir != subDir ||
 		rec.OnDelete != params.Delete || rec.FileID == 0 || rec.Handle == "" || rec.CopyAgent != "" ||
 		rec.QuotaAgent != "" || rec.Filling || rec.Pending {
 		return false, false, nil
@@ -322,17 +326,34 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 		}
 	}
 	StepHook("delete:move", rec.SubDir)
-	text.Link = ""
-	err = c.c.Do(ctx,
-		&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.SaveFH{}, &nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Rename{Old: subDir, New: pending},
-		&nfsproto.Lookup{Name: pending}, &nfsproto.Verify{Type: nfsproto.TypeDir, FH: fh.FH, FileID: rec.FileID},
-		&nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Remove{Target: pending},
-		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.SaveFH{}, &nfsproto.Rename{Old: id.Key, New: aside},
-		&nfsproto.Lookup{Name: aside}, text)
+	var removeErr error
+	tail := []func(){func() {
+		removeErr = c.c.Do(ctx,
+			&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.SaveFH{}, &nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Rename{Old: subDir, New: pending},
+			&nfsproto.Lookup{Name: pending}, &nfsproto.Verify{Type: nfsproto.TypeDir, FH: fh.FH, FileID: rec.FileID},
+			&nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Remove{Target: pending},
+			&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.SaveFH{}, &nfsproto.Rename{Old: id.Key, New: aside},
+			&nfsproto.Lookup{Name: aside}, &nfsproto.Verify{Type: nfsproto.TypeLink, FH: recFH.FH, FileID: recAttrs.FileID},
+			&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Remove{Target: aside})
+	}}
+	if !noFigure {
+		// A figure is counted data, which the accountant counts again for
+		// a record a failed removal leaves (as the mount's path does).
+		tail = append(tail, func() { a.dropFigure(id.Key, id.Token) })
+	}
+	together(tail...)
 	var oe *nfsproto.OpError
-	switch {
+	switch err := removeErr; {
+	case err == nil:
+		return false, true, nil
 	case errors.As(err, &oe) && oe.Index <= 3, errors.Is(err, nfsproto.ErrNotSent):
 		return false, false, nil // nothing moved
+	case oe != nil && oe.Index >= 12:
+		// The record taken aside is not the one read (NFS4ERR_NOT_SAME:
+		// another volume's, written at the same directory after this one
+		// was read), or could not be removed: the mount's path puts it
+		// back, or removes it when it is this volume's.
+		return false, true, settleAside(a.records(), id.Key, aside, id.Token)
 	case oe != nil:
 		// Moved, and then not the volume's (NFS4ERR_NOT_SAME: moved back
 		// by the mount's path), not empty, or the record not taken aside:
@@ -340,26 +361,9 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 		klog.V(2).Infof("%s: deleting through the mount from here: %v", rec.describe(), err)
 		purge, err = a.deleteAs(id, "", nil, nil)
 		return purge, true, err
-	case err != nil:
+	default:
 		return false, true, unknownOutcome(err, rec)
 	}
-	StepHook("delete:record", rec.SubDir)
-	var taken *Record
-	if taken, err = parseRecord(id.Key, aside, text.Link); err != nil || taken.Token != id.Token {
-		// Another volume's record, written after this one was read: put
-		// it back (the mount's path does).
-		return false, true, settleAside(a.records(), id.Key, aside, id.Token)
-	}
-	var removeErr error
-	tail := []func(){func() { removeErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Remove{Target: aside}) }}
-	if !noFigure {
-		tail = append(tail, func() { a.dropFigure(id.Key, id.Token) })
-	}
-	together(tail...)
-	if removeErr != nil {
-		return false, true, settleAside(a.records(), id.Key, aside, id.Token)
-	}
-	return false, true, nil
 }
 
 // absentAt tells whether err is a COMPOUND's stop at operation index
