@@ -199,3 +199,17 @@ func TestKernelHandleOfIsReadBack(t *testing.T) {
 		t.Error("NFS4ERR_EXIST is not fs.ErrExist")
 	}
 }
+
+func TestVerifyOfTheFilehandleTypeAndFileID(t *testing.T) {
+	got := words(EncodeCompound("", []Op{&Verify{Type: TypeDir, FH: []byte{1, 2, 3, 4, 5}, FileID: 1<<32 | 9}}))
+	want := []uint32{
+		0, 1, 1,
+		37,                                                 // VERIFY
+		1, 1<<AttrType | 1<<AttrFilehandle | 1<<AttrFileID, // one bitmap word
+		4 + 4 + 8 + 8, // the values' length
+		TypeDir, 5, 0x01020304, 0x05000000, 1, 9,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("VERIFY encodes as %v, want %v", got, want)
+	}
+}
