@@ -933,13 +933,11 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err erro
 // server at the same time as that read (lookUpToDelete).
 func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge bool, err error) {
 	rec := a.Made(id)
+	var pre *deleteChecks
 	if rec == nil {
 		if purge, done, err := a.deleteByCompound(ctx, id, before); done {
 			return purge, err
 		}
-	}
-	var pre *deleteChecks
-	if rec == nil {
 		if rec, pre, err = a.lookUpToDelete(id); err != nil {
 			return false, err
 		}

@@ -92,7 +92,10 @@ func readBounded(p string, limit int64) (string, error) {
 // zero, as a Prometheus counter may).
 func (s *Set) NFSOps() []NFSOps {
 	points := s.mounts.MountPoints()
-	stats := mounttable.ParseStats(s.ops.read(), func(mp string) bool { _, ok := points[mp]; return ok })
+	var stats map[string]map[string]mounttable.OpStats
+	if len(points) > 0 { // a node plugin with no share mounted reads nothing
+		stats = mounttable.ParseStats(s.ops.read(), func(mp string) bool { _, ok := points[mp]; return ok })
+	}
 	sums := map[[3]string]mounttable.OpStats{}
 	for mp, ops := range stats {
 		pt := points[mp]
