@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // sample is /proc/self/mountstats as Linux 6.1 writes it (trimmed), with a
@@ -86,8 +87,10 @@ func FuzzParseStats(f *testing.F) {
 				}
 			}
 		}
-		// A line the kernel would write reads back as written.
-		if op == "" || strings.ContainsAny(op, " \t\n\r\v\f:\u0085\u00a0") || ops == 0 || !strings.EqualFold(strings.TrimSpace(op), op) {
+		// A line the kernel would write reads back as written. Its
+		// operation names never hold a colon or any space, Unicode's
+		// included (U+3000 split one in CI's fuzzing, session 23).
+		if op == "" || strings.Contains(op, ":") || strings.IndexFunc(op, unicode.IsSpace) >= 0 || ops == 0 {
 			return
 		}
 		line := fmt.Sprintf("device h:/e mounted on /m\\040n with fstype nfs4 statvers=1.1\n\tper-op statistics\n\t%s: %d %d 0 1 2 3 %d 4 5\n", op, ops, ops, rtt)
