@@ -1,6 +1,7 @@
 package shares
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"sort"
@@ -41,6 +42,30 @@ type opsReader struct {
 	mu      sync.Mutex
 	reading chan struct{} // closed when the reading in flight ends; nil: none
 	last    string
+	failed  string    // the failure warned of last; "": the last reading went through
+	warned  time.Time // when it was warned of
+}
+
+// warnAgainAfter is how long the same failure to read mountStats goes
+// without a warning: Prometheus scrapes every few seconds, and a line
+// each time would bury every other one.
+const warnAgainAfter = 10 * time.Minute
+
+// warnf logs a warning (klog.Warningf; tests count them).
+var warnf = klog.Warningf
+
+// note logs what the reading that just ended tells, with r.mu held: a
+// failure once (again when it changes or after warnAgainAfter), and the
+// first reading that goes through after one.
+func (r *opsReader) note(msg string) {
+	switch {
+	case msg == "" && r.failed != "":
+		warnf("NFS operation counts: %s can be read again", mountStats)
+		r.failed = ""
+	case msg != "" && (msg != r.failed || time.Since(r.warned) >= warnAgainAfter):
+		warnf("NFS operation counts: %s (said once every %s while it lasts)", msg, warnAgainAfter)
+		r.failed, r.warned = msg, time.Now()
+	}
 }
 
 // read returns mountStats as it is now, or, when reading it takes longer
@@ -54,9 +79,10 @@ func (r *opsReader) read() string {
 			text, err := readBounded(mountStats, maxMountStats)
 			r.mu.Lock()
 			if err != nil {
-				klog.Warningf("NFS operation counts: %v", err)
+				r.note(err.Error())
 			} else {
 				r.last = text
+				r.note("")
 			}
 			r.reading = nil
 			r.mu.Unlock()
@@ -67,10 +93,13 @@ func (r *opsReader) read() string {
 	r.mu.Unlock()
 	select {
 	case <-done:
+		r.mu.Lock()
 	case <-time.After(mountStatsWait):
-		klog.Warningf("NFS operation counts: reading %s takes longer than %s; reporting the last figures", mountStats, mountStatsWait)
+		r.mu.Lock()
+		if r.reading == done { // still the same reading
+			r.note(fmt.Sprintf("reading %s takes longer than %s; reporting the last figures", mountStats, mountStatsWait))
+		}
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.last
 }

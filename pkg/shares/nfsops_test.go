@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -105,5 +106,50 @@ func TestNFSOpsNeverWaitsForAReadingThatDoesNotEnd(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the reading released never reported: %+v", s.NFSOps())
 		}
+	}
+}
+
+// TestNFSOpsWarnsOnceOfTheSameFailure: an unreadable mountStats is
+// logged once, not at every scrape (Prometheus scrapes every few
+// seconds), again when the failure changes or after warnAgainAfter, and
+// once more when it is readable again.
+func TestNFSOpsWarnsOnceOfTheSameFailure(t *testing.T) {
+	s, _, e, _ := setup(t, 0)
+	create(t, s, e, nil, "pvc-1")
+	var logged []string
+	old := warnf
+	warnf = func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }
+	t.Cleanup(func() { warnf = old })
+	var mp string
+	for p := range s.mounts.MountPoints() {
+		mp = p
+	}
+	statsOf(t, map[string]int{mp: 7})
+	good := mountStats
+	mountStats = filepath.Join(t.TempDir(), "missing")
+	for range 5 {
+		s.NFSOps()
+	}
+	if len(logged) != 1 {
+		t.Fatalf("5 scrapes of an unreadable file logged %d warnings, want 1: %q", len(logged), logged)
+	}
+	mountStats = t.TempDir() // a directory: another failure
+	s.NFSOps()
+	s.NFSOps()
+	if len(logged) != 2 {
+		t.Fatalf("a new failure logged %d warnings in all, want 2: %q", len(logged), logged)
+	}
+	s.ops.warned = s.ops.warned.Add(-warnAgainAfter - time.Second)
+	s.NFSOps()
+	if len(logged) != 3 {
+		t.Fatalf("the same failure after %s logged %d warnings in all, want 3: %q", warnAgainAfter, len(logged), logged)
+	}
+	mountStats = good
+	if got := s.NFSOps(); len(got) != 1 || got[0].Ops != 7 {
+		t.Fatalf("readable again: %+v", got)
+	}
+	s.NFSOps()
+	if len(logged) != 4 || !strings.Contains(logged[3], "again") {
+		t.Fatalf("readable again logged %q, want one line saying so", logged)
 	}
 }
