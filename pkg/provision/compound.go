@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"strings"
 	"sync/atomic"
 
@@ -90,12 +91,101 @@ func serverFH(f *os.File) ([]byte, error) {
 }
 
 // compoundable tells whether Create makes req's volume through COMPOUNDs:
-// a volume of its own at the top of the share, empty, with no owner to
-// set (a chown through NFSv4 names owners as strings, which nfsdir does
-// not map) and no agent.
+// a volume of its own, empty, with no owner to set (a chown through NFSv4
+// names owners as strings, which nfsdir does not map) and no agent.
 func (a *Area) compoundable(req Request) bool {
 	return a.compounds != nil && !a.compounds.off.Load() && !req.Shared && req.Source == nil && req.UID < 0 && req.GID < 0 &&
-		req.QuotaAgent == "" && req.CopyAgent == "" && len(req.SubDir) > 0 && !strings.Contains(req.SubDir, "/")
+		req.QuotaAgent == "" && req.CopyAgent == "" && len(req.SubDir) > 0
+}
+
+// refused turns the session off for good when err says the server
+// refuses it (an RPC-level refusal: no NFSv4.1, no AUTH_SYS, ...).
+func (c *compounds) refused(err error) {
+	if errors.Is(err, nfsproto.ErrRPC) && c.off.CompareAndSwap(false, true) {
+		klog.Warningf("the NFS server refuses nfsdir's own NFSv4.1 session, and volumes are made through the share mount from now on: %v", err)
+	}
+}
+
+// absentByCompound looks each of names up in the directory of filehandle
+// dir, at once, one COMPOUND each (a look-up that finds nothing ends its
+// COMPOUND, so two cannot share one), and tells whether none is there.
+// false also when a look-up could not be made: the caller then asks
+// through the mount, which says why.
+func (a *Area) absentByCompound(ctx context.Context, dir []byte, names ...string) bool {
+	c := a.compounds
+	errs := make([]error, len(names))
+	fns := make([]func(), len(names))
+	for i, name := range names {
+		fns[i] = func() { errs[i] = c.c.Do(ctx, &nfsproto.PutFH{FH: dir}, &nfsproto.Lookup{Name: name}) }
+	}
+	together(fns...)
+	for _, err := range errs {
+		if !absentAt(err, 1) {
+			c.refused(err)
+			return false
+		}
+	}
+	return true
+}
+
+// nestingKeys are the keys of the records that must not exist for a
+// volume at a path below parents: a volume's or a shared directory's at
+// any of them (checkNotNested).
+func nestingKeys(parents []string) []string {
+	keys := make([]string, 0, 2*len(parents))
+	for _, p := range parents {
+		keys = append(keys, volumeid.KeyForDir(p), volumeid.KeyForSharedDir(p))
+	}
+	return keys
+}
+
+// parentByCompound makes Create's look-ups for a volume below the share
+// root (subDir, whose parents are given deepest first) through the
+// session, all at once, one COMPOUND each, and returns the filehandle of
+// its parent: no volume's or shared directory's record for any parent
+// (checkNotNested), no shared directory's record for subDir (checkKind),
+// and each parent a directory with no other share's metadata directory
+// in it (checkNoShareAbove). Each parent is walked to from the share
+// root, one LOOKUP a name; LOOKUP never follows a symlink, and a look-up
+// in anything but a directory fails, so the walk that ends by finding no
+// metadata directory went through directories only. ok false: something
+// was found, a parent is missing, or a look-up failed; nothing was made,
+// and the mount's path makes its checks again (and says why) or makes the
+// parents.
+func (a *Area) parentByCompound(ctx context.Context, subDir string, parents []string) (fh []byte, ok bool) {
+	c := a.compounds
+	parentFH := &nfsproto.GetFH{}
+	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType}}
+	walks := make([][]nfsproto.Op, len(parents))
+	for i, p := range parents {
+		ops := []nfsproto.Op{&nfsproto.PutFH{FH: c.rootFH}}
+		for _, name := range strings.Split(p, "/") {
+			ops = append(ops, &nfsproto.Lookup{Name: name})
+		}
+		if i == 0 {
+			ops = append(ops, parentFH, attrs)
+		}
+		walks[i] = append(ops, &nfsproto.Lookup{Name: safepath.MetaDir})
+	}
+	errs := make([]error, len(walks))
+	var noRecords bool
+	fns := []func(){func() {
+		noRecords = a.absentByCompound(ctx, c.volumeFH, append(nestingKeys(parents), volumeid.KeyForSharedDir(subDir))...)
+	}}
+	for i, ops := range walks {
+		fns = append(fns, func() { errs[i] = c.c.Do(ctx, ops...) })
+	}
+	together(fns...)
+	for i, err := range errs {
+		if !absentAt(err, len(walks[i])-1) {
+			c.refused(err)
+			return nil, false
+		}
+	}
+	if !noRecords || attrs.Type != nfsproto.TypeDir || len(parentFH.FH) == 0 {
+		return nil, false
+	}
+	return parentFH.FH, true
 }
 
 // createByCompound is Create's making of a fresh volume (record, directory,
@@ -117,6 +207,15 @@ func (a *Area) compoundable(req Request) bool {
 // what the first COMPOUND makes (empty, mode 0500, nfsdir's owner).
 func (a *Area) createByCompound(ctx context.Context, req Request) (_ *Record, done bool, err error) {
 	c := a.compounds
+	parentFH, parents := c.rootFH, safepath.Parents(req.SubDir)
+	if len(parents) > 0 {
+		// Below the share root, the checks go first (a round trip), so
+		// that nothing is ever made inside another volume's directory.
+		var ok bool
+		if parentFH, ok = a.parentByCompound(ctx, req.SubDir, parents); !ok {
+			return nil, false, nil
+		}
+	}
 	rec := newRecord(req)
 	key := rec.Key()
 	text, err := json.Marshal(rec)
@@ -127,19 +226,24 @@ func (a *Area) createByCompound(ctx context.Context, req Request) (_ *Record, do
 	mode := uint32(newDirPerm)
 	dir := &nfsproto.GetFH{}
 	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
-	// The check for a shared directory's record at the path goes to the
-	// server at the same time; when it finds one, what the COMPOUND made
-	// (a new, empty directory and its record) is undone, as recheckNesting
-	// undoes a volume that finds another around it.
+	// At the top of the share, the check for a shared directory's record
+	// at the path goes to the server at the same time; when it finds one,
+	// what the COMPOUND made (a new, empty directory and its record) is
+	// undone, as recheckNesting undoes a volume that finds another around
+	// it.
 	var kindErr error
 	together(
 		func() {
 			err = c.c.Do(ctx,
 				&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Create{Type: nfsproto.TypeLink, Name: key, Link: string(text)},
-				&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.Create{Type: nfsproto.TypeDir, Name: rec.SubDir, Mode: &mode},
+				&nfsproto.PutFH{FH: parentFH}, &nfsproto.Create{Type: nfsproto.TypeDir, Name: path.Base(rec.SubDir), Mode: &mode},
 				dir, attrs)
 		},
-		func() { kindErr = a.checkKind(req) },
+		func() {
+			if len(parents) == 0 {
+				kindErr = a.checkKind(req)
+			}
+		},
 	)
 	var oe *nfsproto.OpError
 	if kindErr != nil {
@@ -162,9 +266,12 @@ func (a *Area) createByCompound(ctx context.Context, req Request) (_ *Record, do
 		// no (NFS4ERR_DELAY, a stale records directory, ...), or no
 		// session could be had. The mount's path goes on, and sorts it
 		// out as before.
-		if errors.Is(err, nfsproto.ErrRPC) && c.off.CompareAndSwap(false, true) {
-			klog.Warningf("the NFS server refuses nfsdir's own NFSv4.1 session, and volumes are made through the share mount from now on: %v", err)
-		}
+		c.refused(err)
+		return nil, false, nil
+	case oe != nil && oe.Index == 2:
+		// The record only: the parent is gone since its look-up (a
+		// stale filehandle). The mount's path goes on, from nothing.
+		a.dropRecord(key, rec)
 		return nil, false, nil
 	case oe != nil && oe.Index <= 3:
 		// The record was made, the directory was not (a directory made
@@ -192,12 +299,31 @@ func (a *Area) createByCompound(ctx context.Context, req Request) (_ *Record, do
 	typ, h := nfsproto.KernelHandleOf(dir.FH, attrs.FileID, nfsproto.ModeDir)
 	sealed := *rec
 	sealed.FileID, sealed.Handle = attrs.FileID, digestOf(unix.NewFileHandle(typ, h))
-	if err := a.sealByCompound(ctx, key, &sealed, dir.FH); err != nil {
+	// Below the share root, the nesting check is made again once the
+	// directory is there (recheckNesting says why), with the seal.
+	alone := true
+	together(
+		func() { err = a.sealByCompound(ctx, key, &sealed, dir.FH) },
+		func() {
+			if len(parents) > 0 {
+				alone = a.absentByCompound(ctx, c.volumeFH, nestingKeys(parents)...)
+			}
+		},
+	)
+	if err != nil {
 		if sealed.FileID == 0 { // not sealed: undo, as the mount's path does
 			a.removeNewDir(rec.SubDir)
 			a.dropRecord(key, rec)
 		}
 		return nil, true, err
+	}
+	if !alone {
+		// A record found around it, or the look-ups could not be made:
+		// through the mount, which undoes the directory when nested.
+		if err := a.recheckNesting(&sealed); err != nil {
+			a.dropRecord(key, rec)
+			return nil, true, err
+		}
 	}
 	return &sealed, true, nil
 }

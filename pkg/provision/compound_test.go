@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -31,7 +34,7 @@ func (f *fakeCompounder) Do(_ context.Context, ops ...nfsproto.Op) error {
 // withCompounds has a use c for the volumes it makes (on a local file
 // system there is no NFS handle for UseCompounds to read).
 func withCompounds(a *Area, c Compounder) {
-	a.compounds = &compounds{c: c, rootFH: []byte{1}, volumeFH: []byte{2}}
+	a.compounds = &compounds{c: c, rootFH: []byte("."), volumeFH: []byte(volumesDir)}
 }
 
 // TestCreateGoesThroughTheMountWhenTheSessionMadeNothing: a COMPOUND that
@@ -82,8 +85,8 @@ func TestCreateGoesThroughTheMountWhenTheSessionMadeNothing(t *testing.T) {
 	}
 }
 
-// TestCreateThroughTheSessionOnlyForWhatItMakes: nested, shared, owned and
-// filled volumes go through the mount.
+// TestCreateThroughTheSessionOnlyForWhatItMakes: shared and owned
+// volumes go through the mount.
 func TestCreateThroughTheSessionOnlyForWhatItMakes(t *testing.T) {
 	_, a := newShare(t)
 	f := &fakeCompounder{err: errors.New("must not be called")}
@@ -92,7 +95,7 @@ func TestCreateThroughTheSessionOnlyForWhatItMakes(t *testing.T) {
 	owned.UID = os.Getuid()
 	shared := req("pvc-shared", "shared", params.Retain)
 	shared.Shared = true
-	for _, r := range []Request{req("pvc-nested", "team/pvc-nested", params.Delete), owned, shared} {
+	for _, r := range []Request{owned, shared} {
 		if _, err := a.Create(context.Background(), r); err != nil {
 			t.Errorf("%s: %v", r.Name, err)
 		}
@@ -114,52 +117,96 @@ func TestCreateWhoseCompoundAnswerWasLostIsUnavailable(t *testing.T) {
 	}
 }
 
-// localServer plays the server for a share at dir on a local file system:
-// it runs the first COMPOUND (the record, the directory, its handle and
-// attributes); to the second (the seal) it answers seal after making the
-// seal's link, when seal is set; and it runs any SETATTR of the mode.
+// localServer plays the server for a share at dir on a local file
+// system, with filehandles that are paths below dir (withCompounds gives
+// the share root "." and the records directory its path): it runs PUTFH,
+// SAVEFH, LOOKUP (never following a symlink), CREATE, GETFH, GETATTR,
+// RENAME and SETATTR of the mode, and stops at the first failure. The
+// seal's link made, it answers seal instead of going on, when seal is
+// set.
 type localServer struct {
 	dir   string
 	seal  error
+	mu    sync.Mutex
 	calls int
-	made  string
 }
 
 func (s *localServer) Do(_ context.Context, ops ...nfsproto.Op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.calls++
+	var cur, saved string
+	fail := func(i int, st nfsproto.Status) error {
+		return &nfsproto.OpError{Index: i, Op: fmt.Sprintf("%T", ops[i]), Status: st}
+	}
+	status := func(err error) nfsproto.Status {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nfsproto.ErrNoEnt
+		case errors.Is(err, fs.ErrExist):
+			return nfsproto.ErrExist
+		case errors.Is(err, syscall.ENOTDIR):
+			return nfsproto.ErrNotDir
+		}
+		return nfsproto.ErrIO
+	}
 	for i, op := range ops {
+		at := filepath.Join(s.dir, cur)
+		if _, ok := op.(*nfsproto.Lookup); ok {
+			if st, err := os.Lstat(at); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+				return fail(i, nfsproto.ErrSymlink)
+			} else if err == nil && !st.IsDir() {
+				return fail(i, nfsproto.ErrNotDir)
+			}
+		}
 		switch o := op.(type) {
+		case *nfsproto.PutFH:
+			cur = string(o.FH)
+		case *nfsproto.SaveFH:
+			saved = cur
+		case *nfsproto.Lookup:
+			if _, err := os.Lstat(filepath.Join(at, o.Name)); err != nil {
+				return fail(i, status(err))
+			}
+			cur = filepath.Join(cur, o.Name)
 		case *nfsproto.Create:
 			if o.Type == nfsproto.TypeLink {
-				if err := os.Symlink(o.Link, filepath.Join(s.dir, volumesDir, o.Name)); err != nil {
-					return &nfsproto.OpError{Index: i, Op: "CREATE", Status: nfsproto.ErrExist}
+				if err := os.Symlink(o.Link, filepath.Join(at, o.Name)); err != nil {
+					return fail(i, status(err))
 				}
-				if s.calls == 2 && s.seal != nil {
+				if strings.HasSuffix(o.Name, sealSuffix) && s.seal != nil {
 					return s.seal
 				}
 				continue
 			}
-			s.made = filepath.Join(s.dir, o.Name)
-			if err := os.Mkdir(s.made, os.FileMode(*o.Mode)); err != nil {
-				return &nfsproto.OpError{Index: i, Op: "CREATE", Status: nfsproto.ErrExist}
+			if err := os.Mkdir(filepath.Join(at, o.Name), os.FileMode(*o.Mode)); err != nil {
+				return fail(i, status(err))
 			}
+			cur = filepath.Join(cur, o.Name)
 		case *nfsproto.GetFH:
-			o.FH = []byte("the handle")
+			o.FH = []byte(cur)
 		case *nfsproto.GetAttr:
-			st, err := os.Stat(s.made)
+			st, err := os.Lstat(at)
 			if err != nil {
-				return err
+				return fail(i, status(err))
 			}
-			o.Type, o.FileID = nfsproto.TypeDir, st.Sys().(*syscall.Stat_t).Ino
+			o.Type, o.FileID = nfsproto.TypeRegular, st.Sys().(*syscall.Stat_t).Ino
+			switch {
+			case st.IsDir():
+				o.Type = nfsproto.TypeDir
+			case st.Mode()&fs.ModeSymlink != 0:
+				o.Type = nfsproto.TypeLink
+			}
 		case *nfsproto.Rename:
-			dir := filepath.Join(s.dir, volumesDir)
-			if err := os.Rename(filepath.Join(dir, o.Old), filepath.Join(dir, o.New)); err != nil {
-				return err
+			if err := os.Rename(filepath.Join(s.dir, saved, o.Old), filepath.Join(at, o.New)); err != nil {
+				return fail(i, status(err))
 			}
 		case *nfsproto.SetMode:
-			if err := os.Chmod(s.made, modeBits(o.Mode)); err != nil {
-				return err
+			if err := os.Chmod(at, modeBits(o.Mode)); err != nil {
+				return fail(i, status(err))
 			}
+		default:
+			return fmt.Errorf("localServer runs no %T", op)
 		}
 	}
 	return nil
@@ -184,7 +231,7 @@ func TestSealThroughTheMountWhenTheServerRefusesTheRename(t *testing.T) {
 			fatalIf(t, err)
 			st, err := os.Stat(filepath.Join(dir, "pvc-seal"))
 			fatalIf(t, err)
-			typ, h := nfsproto.KernelHandleOf([]byte("the handle"), rec.FileID, nfsproto.ModeDir)
+			typ, h := nfsproto.KernelHandleOf([]byte("pvc-seal"), rec.FileID, nfsproto.ModeDir)
 			if rec.FileID != st.Sys().(*syscall.Stat_t).Ino || rec.Handle != digestOf(unix.NewFileHandle(typ, h)) {
 				t.Errorf("record %+v for the directory of inode %d", rec, st.Sys().(*syscall.Stat_t).Ino)
 			}
@@ -220,5 +267,137 @@ func TestCreateThroughTheSessionUndoesWhatAConcurrentCheckRefuses(t *testing.T) 
 	}
 	if rec, _ := readRecord(a.records(), volumeid.KeyForDir("lonely")); rec != nil {
 		t.Errorf("the record the COMPOUND made stays: %+v", rec)
+	}
+}
+
+// TestNestedCreateThroughTheSession: below an existing parent, the checks
+// go first, one COMPOUND each and all at once (the parent walked to and
+// found a directory with no share's metadata in it, no record of a volume
+// or shared directory at it, none of a shared directory at the path),
+// then the record and the directory in the parent by its filehandle, then
+// the seal with the nesting look-ups again: 8 COMPOUNDs in 3 round trips,
+// and nothing through the mount's path but its look-up of the usage
+// figure.
+func TestNestedCreateThroughTheSession(t *testing.T) {
+	dir, a := newShare(t)
+	srv := &localServer{dir: dir}
+	withCompounds(a, srv)
+	fatalIf(t, os.Mkdir(filepath.Join(dir, "team"), 0o755))
+	rec, err := a.Create(context.Background(), req("pvc-a", "team/pvc-a", params.Delete))
+	fatalIf(t, err)
+	st, err := os.Lstat(filepath.Join(dir, "team/pvc-a"))
+	fatalIf(t, err)
+	typ, h := nfsproto.KernelHandleOf([]byte("team/pvc-a"), rec.FileID, nfsproto.ModeDir)
+	if rec.FileID != st.Sys().(*syscall.Stat_t).Ino || rec.Handle != digestOf(unix.NewFileHandle(typ, h)) {
+		t.Errorf("record %+v for the directory of inode %d", rec, st.Sys().(*syscall.Stat_t).Ino)
+	}
+	if st.Mode()&(os.ModePerm|os.ModeSetgid) != 0o770|os.ModeSetgid {
+		t.Errorf("mode %v, want 02770", st.Mode())
+	}
+	if onShare, err := readRecord(a.records(), rec.Key()); err != nil || onShare == nil || onShare.Handle != rec.Handle {
+		t.Errorf("the record on the share: %+v, %v", onShare, err)
+	}
+	if srv.calls != 8 {
+		t.Errorf("%d COMPOUNDs for a volume one level down, want 8", srv.calls)
+	}
+	// Two levels down: one more walk and two more records to look for,
+	// before and after.
+	fatalIf(t, os.MkdirAll(filepath.Join(dir, "a/b"), 0o755))
+	srv.calls = 0
+	_, err = a.Create(context.Background(), req("pvc-b", "a/b/pvc-b", params.Delete))
+	fatalIf(t, err)
+	if srv.calls != 13 {
+		t.Errorf("%d COMPOUNDs for a volume two levels down, want 13", srv.calls)
+	}
+}
+
+// TestNestedCreateThroughTheSessionNeverActsWhereTheMountWouldNot: a
+// parent that is a volume's or a shared directory, another share's root,
+// a symlink, a file, or missing: the session makes nothing, and the
+// mount's path answers as it does with no session (or makes the missing
+// parent).
+func TestNestedCreateThroughTheSessionNeverActsWhereTheMountWouldNot(t *testing.T) {
+	outside := t.TempDir()
+	for name, lay := range map[string]func(t *testing.T, a *Area, dir string){
+		"inside a volume": func(t *testing.T, a *Area, dir string) {
+			_, err := a.Create(context.Background(), Request{Name: "pvc-outer", SubDir: "p", OnDelete: params.Delete, Mode: 0o777, UID: -1, GID: -1})
+			fatalIf(t, err)
+		},
+		"inside a shared directory": func(t *testing.T, a *Area, dir string) {
+			sh := req("pvc-sharer", "p", params.Retain)
+			sh.Shared, sh.Mode = true, 0o777
+			_, err := a.Create(context.Background(), sh)
+			fatalIf(t, err)
+		},
+		"inside another share": func(t *testing.T, a *Area, dir string) {
+			fatalIf(t, os.MkdirAll(filepath.Join(dir, "p", ".nfsdir"), 0o755))
+		},
+		"through a symlink": func(t *testing.T, a *Area, dir string) {
+			fatalIf(t, os.Symlink(outside, filepath.Join(dir, "p")))
+		},
+		"below a file": func(t *testing.T, a *Area, dir string) {
+			fatalIf(t, os.WriteFile(filepath.Join(dir, "p"), nil, 0o644))
+		},
+		"missing": func(t *testing.T, a *Area, dir string) {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mountDir, mountOnly := newShare(t)
+			lay(t, mountOnly, mountDir)
+			_, want := mountOnly.Create(context.Background(), req("pvc-in", "p/pvc-in", params.Delete))
+			dir, a := newShare(t)
+			lay(t, a, dir)
+			srv := &localServer{dir: dir}
+			withCompounds(a, srv)
+			_, err := a.Create(context.Background(), req("pvc-in", "p/pvc-in", params.Delete))
+			if (err == nil) != (want == nil) || fault.KindOf(err) != fault.KindOf(want) {
+				t.Errorf("Create: %v; with no session: %v", err, want)
+			}
+			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+				t.Errorf("made through the symlink: %v", ents)
+			}
+			if srv.calls != 4 {
+				t.Errorf("%d COMPOUNDs, want the 4 look-ups only", srv.calls)
+			}
+			if want == nil {
+				if _, err := os.Stat(filepath.Join(dir, ".nfsdir/parents", parentMarker("p"))); err != nil {
+					t.Errorf("the parent made through the mount is not marked: %v", err)
+				}
+				return
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "p/pvc-in")); err == nil {
+				t.Error("a directory was made")
+			}
+			if rec, _ := readRecord(a.records(), volumeid.KeyForDir("p/pvc-in")); rec != nil {
+				t.Errorf("a record stays: %+v", rec)
+			}
+		})
+	}
+}
+
+// TestNestedCreateThroughTheSessionUndoneWhenAVolumeAroundItComes: a
+// volume created at the parent between the first look-ups and the
+// directory (its record first, as always) is found by the look-ups made
+// again with the seal: the new directory and its record are undone, and
+// the call says why, as through the mount.
+func TestNestedCreateThroughTheSessionUndoneWhenAVolumeAroundItComes(t *testing.T) {
+	dir, a := newShare(t)
+	withCompounds(a, &localServer{dir: dir})
+	fatalIf(t, os.Mkdir(filepath.Join(dir, "team"), 0o755))
+	outer := &Record{Version: RecordVersion, Name: "pvc-outer", Token: "aaaaaaaa", SubDir: "team", OnDelete: params.Delete, Mode: 0o770, UID: -1, GID: -1}
+	StepHook = func(step, subDir string) {
+		if step == "create:dir" && subDir == "team/pvc-in" {
+			fatalIf(t, writeRecordExclusive(a.records(), outer.Key(), outer))
+		}
+	}
+	t.Cleanup(func() { StepHook = func(string, string) {} })
+	_, err := a.Create(context.Background(), req("pvc-in", "team/pvc-in", params.Delete))
+	if !fault.Is(err, fault.InvalidArgument) {
+		t.Errorf("Create: %v, want InvalidArgument", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "team/pvc-in")); err == nil {
+		t.Error("the directory made inside the new volume stays")
+	}
+	if rec, _ := readRecord(a.records(), volumeid.KeyForDir("team/pvc-in")); rec != nil {
+		t.Errorf("its record stays: %+v", rec)
 	}
 }

@@ -140,6 +140,46 @@ func TestCallsThroughASession(t *testing.T) {
 	if deletes[2] > 6 {
 		t.Errorf("an empty DeleteVolume through a session costs the server %d calls (median), want at most 6", deletes[2])
 	}
+	// One level down (subDir team/<name>): the look-ups first, all at
+	// once, then the record and the directory in the parent by its
+	// filehandle, then the seal with the nesting look-ups again: 8 calls
+	// in three round trips (16 through the mount). The first volume makes
+	// the parent, through the mount; a retry finds the volume made; the
+	// parent goes with the last volume in it.
+	nested := params("onDelete", "delete", "mountPermissions", "0770", "subDir", "team/${pv.metadata.name}")
+	sibling := c.Create(t, "pvc-session-sibling", nested, vc)
+	var nestedCalls []int64
+	for i := range 5 {
+		name := fmt.Sprintf("pvc-session-nested-%d", i)
+		before := serverCompounds(t)
+		v := c.Create(t, name, nested, vc)
+		nestedCalls = append(nestedCalls, serverCompounds(t)-before)
+		if again := c.Create(t, name, nested, vc); again.VolumeId != v.VolumeId {
+			t.Errorf("a retry of %s answered %s, want %s", name, again.VolumeId, v.VolumeId)
+		}
+		st, err := os.Lstat(onExport("team/" + name))
+		must(t, err)
+		id, err := volumeid.Parse(v.VolumeId)
+		must(t, err)
+		rec, err := os.Readlink(onExport(".nfsdir/volumes/" + id.Key))
+		must(t, err)
+		if want := fmt.Sprintf(`"fileID":%d,"handle":"`, st.Sys().(*syscall.Stat_t).Ino); !strings.Contains(rec, want) || st.Mode().Perm() != 0o770 {
+			t.Errorf("%s: mode %v, record %s; want 0770, sealed with its fileid and handle", name, st.Mode(), rec)
+		}
+		c.Delete(t, v)
+		if exists(onExport("team/" + name)) {
+			t.Errorf("DeleteVolume left team/%s: the seal made through the session was not the mount's", name)
+		}
+	}
+	c.Delete(t, sibling)
+	if exists(onExport("team")) {
+		t.Error("the parent nfsdir made stays after its last volume")
+	}
+	t.Logf("CreateVolume one level down through a session: calls the server ran %v", nestedCalls)
+	slices.Sort(nestedCalls)
+	if nestedCalls[2] > 8 {
+		t.Errorf("CreateVolume one level down through a session costs the server %d calls (median), want at most 8", nestedCalls[2])
+	}
 	// A directory replaced behind nfsdir's back is not deleted, and the
 	// record stays, through the session as through the mount.
 	v := c.Create(t, "pvc-session-replaced", p, vc)
