@@ -382,8 +382,9 @@ func unknownOutcome(err error, rec *Record) error {
 }
 
 // deleteByCompound is DeleteVolume of the volume of id through COMPOUNDs,
-// when its directory is known (knownDir) to lie at the top of the share:
-// two round trips where the mount needs about nine. done false: nothing
+// when its directory is known (knownDir): two round trips where the mount
+// needs about nine, the pruning of a parent nfsdir made included (as
+// deleteAs prunes). done false: nothing
 // was changed, and the mount's path does the whole call, from the record's
 // read on, as it would have: whatever is not the plain case (no record, a
 // record held aside by an update or an interrupted removal, a pending
@@ -393,11 +394,13 @@ func unknownOutcome(err error, rec *Record) error {
 // (it recovers every state a cut call leaves).
 //
 // The plain case: the look-ups go at once (the record and the absence of
-// an update's; what is at the path, its handle, attributes and the
-// absence of another share's metadata directory in it; the absence of a
+// an update's; what is at the path, walked to from the share root, its
+// handle, attributes and the absence of another share's metadata
+// directory in it; the parent's marker when there is a parent; the absence of a
 // pending trash entry and of an interrupted removal's record); the
 // directory must be the sealed one, by fileid and by the digest of its
-// handle. Then one COMPOUND moves it to its pending trash name, checks
+// handle. Then one COMPOUND moves it from the parent walked through to
+// its pending trash name, checks
 // that what was moved is the very filehandle checked (VERIFY: the
 // COMPOUND stops otherwise), removes it when empty, takes the record
 // aside, checks that what was taken is the very link read (by its
@@ -408,7 +411,7 @@ func unknownOutcome(err error, rec *Record) error {
 func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge, done bool, err error) {
 	c := a.compounds
 	subDir, ok := a.knownDir(id.Key)
-	if c == nil || c.off.Load() || a.onServer || !ok || strings.Contains(subDir, "/") {
+	if c == nil || c.off.Load() || a.onServer || !ok {
 		return false, false, nil
 	}
 	update, aside, pending := id.Key+updateSuffix+id.Token, id.Key+asideSuffix+id.Token, pendingPrefix+trashName(id)
@@ -416,24 +419,48 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 	recAttrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
 	fh := &nfsproto.GetFH{}
 	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
+	// The directory is walked to from the share root, one LOOKUP a name
+	// (never through a symlink: a look-up in one fails), and moved from
+	// the very parent walked through, by its filehandle.
+	parents := safepath.Parents(subDir)
+	parentFH, grandFH := &nfsproto.GetFH{FH: c.rootFH}, &nfsproto.GetFH{FH: c.rootFH}
+	parentAttrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
+	walk := []nfsproto.Op{&nfsproto.PutFH{FH: c.rootFH}}
+	if len(parents) > 0 {
+		names := strings.Split(parents[0], "/")
+		for i, name := range names {
+			walk = append(walk, &nfsproto.Lookup{Name: name})
+			if i == len(names)-2 {
+				walk = append(walk, grandFH)
+			}
+		}
+		walk = append(walk, parentFH, parentAttrs)
+	}
+	walk = append(walk, &nfsproto.Lookup{Name: path.Base(subDir)}, fh, attrs, &nfsproto.Lookup{Name: safepath.MetaDir})
 	var recErr, pathErr, pendingErr, asideErr error
-	var noFigure bool
+	noFigure, noMarker := false, true
 	together(
 		func() {
 			recErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: id.Key}, recFH, recAttrs, text,
 				&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: update})
 		},
-		func() {
-			pathErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.rootFH}, &nfsproto.Lookup{Name: subDir}, fh, attrs,
-				&nfsproto.Lookup{Name: safepath.MetaDir})
-		},
+		func() { pathErr = c.c.Do(ctx, walk...) },
 		func() {
 			pendingErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Lookup{Name: pending})
 		},
 		func() { asideErr = c.c.Do(ctx, &nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: aside}) },
 		func() { noFigure = a.figureAbsent(id.Key) },
+		func() {
+			// A parent nfsdir made is pruned once the volume is gone
+			// (pruneParents), as through the mount.
+			if len(parents) > 0 {
+				_, err := a.parents.Lstat(parentMarker(parents[0]))
+				noMarker = errors.Is(err, fs.ErrNotExist)
+			}
+		},
 	)
-	if !absentAt(recErr, 6) || !absentAt(pathErr, 4) || !absentAt(pendingErr, 1) || !absentAt(asideErr, 1) {
+	if !absentAt(recErr, 6) || !absentAt(pathErr, len(walk)-1) || !absentAt(pendingErr, 1) || !absentAt(asideErr, 1) ||
+		(len(parents) > 0 && parentAttrs.Type != nfsproto.TypeDir) {
 		return false, false, nil
 	}
 	rec, err := parseRecord(id.Key, id.Key, text.Link)
@@ -452,16 +479,27 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 		}
 	}
 	StepHook("delete:move", rec.SubDir)
+	ops := []nfsproto.Op{
+		&nfsproto.PutFH{FH: parentFH.FH}, &nfsproto.SaveFH{}, &nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Rename{Old: path.Base(subDir), New: pending},
+		&nfsproto.Lookup{Name: pending}, &nfsproto.Verify{Type: nfsproto.TypeDir, FH: fh.FH, FileID: rec.FileID},
+		&nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Remove{Target: pending},
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.SaveFH{}, &nfsproto.Rename{Old: id.Key, New: aside},
+		&nfsproto.Lookup{Name: aside}, &nfsproto.Verify{Type: nfsproto.TypeLink, FH: recFH.FH, FileID: recAttrs.FileID},
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Remove{Target: aside},
+	}
+	pruneAt := len(ops) // where the parent's removal begins
+	if !noMarker {
+		// The parent nfsdir made goes too when the volume was the last
+		// in it, as pruneParents does: the very directory walked through
+		// (VERIFY), removed only when empty (a REMOVE of a directory is an
+		// rmdir). Its removal failing (others are in it) ends the
+		// COMPOUND after the volume is gone.
+		ops = append(ops, &nfsproto.PutFH{FH: grandFH.FH}, &nfsproto.Lookup{Name: path.Base(parents[0])},
+			&nfsproto.Verify{Type: nfsproto.TypeDir, FH: parentFH.FH, FileID: parentAttrs.FileID},
+			&nfsproto.PutFH{FH: grandFH.FH}, &nfsproto.Remove{Target: path.Base(parents[0])})
+	}
 	var removeErr error
-	tail := []func(){func() {
-		removeErr = c.c.Do(ctx,
-			&nfsproto.PutFH{FH: c.rootFH}, &nfsproto.SaveFH{}, &nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Rename{Old: subDir, New: pending},
-			&nfsproto.Lookup{Name: pending}, &nfsproto.Verify{Type: nfsproto.TypeDir, FH: fh.FH, FileID: rec.FileID},
-			&nfsproto.PutFH{FH: c.trashFH}, &nfsproto.Remove{Target: pending},
-			&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.SaveFH{}, &nfsproto.Rename{Old: id.Key, New: aside},
-			&nfsproto.Lookup{Name: aside}, &nfsproto.Verify{Type: nfsproto.TypeLink, FH: recFH.FH, FileID: recAttrs.FileID},
-			&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Remove{Target: aside})
-	}}
+	tail := []func(){func() { removeErr = c.c.Do(ctx, ops...) }}
 	if !noFigure {
 		// A figure is counted data, which the accountant counts again for
 		// a record a failed removal leaves (as the mount's path does).
@@ -471,14 +509,23 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 	var oe *nfsproto.OpError
 	switch err := removeErr; {
 	case err == nil:
+		if !noMarker { // the parent is gone too: its marker, and those above
+			_ = a.parents.Remove(parentMarker(parents[0]))
+			a.pruneParents(parents[0])
+		}
 		return false, true, nil
-	case errors.As(err, &oe) && oe.Index <= 3, errors.Is(err, nfsproto.ErrNotSent):
+	case errors.As(err, &oe) && oe.Index >= pruneAt:
+		return false, true, nil // the volume is gone; its parent stays
+	case oe != nil && oe.Index <= 3, errors.Is(err, nfsproto.ErrNotSent):
 		return false, false, nil // nothing moved
 	case oe != nil && oe.Index >= 12:
 		// The record taken aside is not the one read (NFS4ERR_NOT_SAME:
 		// another volume's, written at the same directory after this one
 		// was read), or could not be removed: the mount's path puts it
 		// back, or removes it when it is this volume's.
+		if !noMarker {
+			a.pruneParents(subDir) // the directory is gone
+		}
 		return false, true, settleAside(a.records(), id.Key, aside, id.Token)
 	case oe != nil:
 		// Moved, and then not the volume's (NFS4ERR_NOT_SAME: moved back

@@ -34,7 +34,7 @@ func (f *fakeCompounder) Do(_ context.Context, ops ...nfsproto.Op) error {
 // withCompounds has a use c for the volumes it makes (on a local file
 // system there is no NFS handle for UseCompounds to read).
 func withCompounds(a *Area, c Compounder) {
-	a.compounds = &compounds{c: c, rootFH: []byte("."), volumeFH: []byte(volumesDir)}
+	a.compounds = &compounds{c: c, rootFH: []byte("."), volumeFH: []byte(volumesDir), trashFH: []byte(trashDir)}
 }
 
 // TestCreateGoesThroughTheMountWhenTheSessionMadeNothing: a COMPOUND that
@@ -199,6 +199,28 @@ func (s *localServer) Do(_ context.Context, ops ...nfsproto.Op) error {
 			}
 		case *nfsproto.Rename:
 			if err := os.Rename(filepath.Join(s.dir, saved, o.Old), filepath.Join(at, o.New)); err != nil {
+				return fail(i, status(err))
+			}
+		case *nfsproto.ReadLink:
+			l, err := os.Readlink(at)
+			if err != nil {
+				return fail(i, status(err))
+			}
+			o.Link = l
+		case *nfsproto.Verify:
+			// By type and fileid: a stand-in's filehandles are paths.
+			st, err := os.Lstat(at)
+			if err != nil {
+				return fail(i, status(err))
+			}
+			if isDir := st.IsDir(); isDir != (o.Type == nfsproto.TypeDir) || st.Sys().(*syscall.Stat_t).Ino != o.FileID {
+				return fail(i, nfsproto.ErrNotSame)
+			}
+		case *nfsproto.Remove:
+			if err := os.Remove(filepath.Join(at, o.Target)); err != nil {
+				if errors.Is(err, syscall.ENOTEMPTY) {
+					return fail(i, nfsproto.ErrNotEmpty)
+				}
 				return fail(i, status(err))
 			}
 		case *nfsproto.SetMode:
@@ -399,5 +421,89 @@ func TestNestedCreateThroughTheSessionUndoneWhenAVolumeAroundItComes(t *testing.
 	}
 	if rec, _ := readRecord(a.records(), volumeid.KeyForDir("team/pvc-in")); rec != nil {
 		t.Errorf("its record stays: %+v", rec)
+	}
+}
+
+// TestNestedDeleteThroughTheSession: an empty volume below a parent is
+// deleted in 5 COMPOUNDs (4 look-ups at once, the parent walked through;
+// then the move from that parent, its VERIFY, the removals, and the
+// removal of the parent, which fails while another volume is in it), and
+// the parent nfsdir made goes, with its marker, with the last volume in
+// it.
+func TestNestedDeleteThroughTheSession(t *testing.T) {
+	dir, a := newShare(t)
+	srv := &localServer{dir: dir}
+	withCompounds(a, srv)
+	ctx := context.Background()
+	first, err := a.Create(ctx, req("pvc-0", "team/pvc-0", params.Delete)) // makes the parent, through the mount
+	fatalIf(t, err)
+	var ids []volumeid.ID
+	for _, name := range []string{"pvc-1", "pvc-2"} {
+		rec, err := a.Create(ctx, req(name, "team/"+name, params.Delete))
+		fatalIf(t, err)
+		ids = append(ids, volumeid.ID{Key: rec.Key(), Token: rec.Token})
+	}
+	_, err = a.Delete(ctx, volumeid.ID{Key: first.Key(), Token: first.Token})
+	fatalIf(t, err)
+	srv.calls = 0
+	purge, err := a.Delete(ctx, ids[0])
+	fatalIf(t, err)
+	if purge || srv.calls != 5 {
+		t.Errorf("DeleteVolume: purge %v after %d COMPOUNDs, want no purge after 5", purge, srv.calls)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "team/pvc-1")); err == nil {
+		t.Error("team/pvc-1 stays")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "team")); err != nil {
+		t.Errorf("the parent, with team/pvc-2 in it: %v", err)
+	}
+	srv.calls = 0
+	_, err = a.Delete(ctx, ids[1])
+	fatalIf(t, err)
+	if _, err := os.Lstat(filepath.Join(dir, "team")); err == nil || srv.calls != 5 {
+		t.Errorf("the parent nfsdir made, after its last volume, in its COMPOUND (%d in all, want 5): %v", srv.calls, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ".nfsdir/parents", parentMarker("team"))); err == nil {
+		t.Error("the marker of the parent removed stays")
+	}
+	for _, id := range ids {
+		if rec, _ := readRecord(a.records(), id.Key); rec != nil {
+			t.Errorf("a record stays: %+v", rec)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, trashDir)); len(ents) != 0 {
+		t.Errorf("the trash holds %v", ents)
+	}
+}
+
+// TestNestedDeleteThroughTheSessionNeverRemovesAReplacement: an empty
+// directory put at the volume's path between the look-ups and the move
+// is moved, caught by the VERIFY of the checked directory before its
+// removal, and put back; the call is FailedPrecondition, and the volume's own directory,
+// moved aside by whoever swapped them, stays.
+func TestNestedDeleteThroughTheSessionNeverRemovesAReplacement(t *testing.T) {
+	dir, a := newShare(t)
+	withCompounds(a, &localServer{dir: dir})
+	ctx := context.Background()
+	fatalIf(t, os.Mkdir(filepath.Join(dir, "team"), 0o755))
+	rec, err := a.Create(ctx, req("pvc-1", "team/pvc-1", params.Delete))
+	fatalIf(t, err)
+	StepHook = func(step, subDir string) {
+		if step == "delete:move" && subDir == "team/pvc-1" {
+			StepHook = func(string, string) {}
+			fatalIf(t, os.Rename(filepath.Join(dir, "team/pvc-1"), filepath.Join(dir, "team/moved")))
+			fatalIf(t, os.Mkdir(filepath.Join(dir, "team/pvc-1"), 0o770)) // empty: only VERIFY keeps it
+		}
+	}
+	t.Cleanup(func() { StepHook = func(string, string) {} })
+	_, err = a.Delete(ctx, volumeid.ID{Key: rec.Key(), Token: rec.Token})
+	if !fault.Is(err, fault.FailedPrecondition) {
+		t.Errorf("Delete: %v, want FailedPrecondition", err)
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "team/pvc-1")); err != nil || !st.IsDir() {
+		t.Errorf("the replacement is not back at its path: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "team/moved")); err != nil {
+		t.Errorf("the volume's own directory: %v", err)
 	}
 }

@@ -143,12 +143,16 @@ func TestCallsThroughASession(t *testing.T) {
 	// One level down (subDir team/<name>): the look-ups first, all at
 	// once, then the record and the directory in the parent by its
 	// filehandle, then the seal with the nesting look-ups again: 8 calls
-	// in three round trips (16 through the mount). The first volume makes
-	// the parent, through the mount; a retry finds the volume made; the
-	// parent goes with the last volume in it.
+	// in three round trips (16 through the mount). An empty DeleteVolume:
+	// the look-ups at once, the parent walked through, and one COMPOUND
+	// that moves the directory from that parent, removes it, its record,
+	// and the parent nfsdir made when it is empty: 7 calls in two round
+	// trips (26 through the mount). The first volume makes the parent,
+	// through the mount; a retry finds the volume made; the parent goes
+	// with the last volume in it.
 	nested := params("onDelete", "delete", "mountPermissions", "0770", "subDir", "team/${pv.metadata.name}")
 	sibling := c.Create(t, "pvc-session-sibling", nested, vc)
-	var nestedCalls []int64
+	var nestedCalls, nestedDeletes []int64
 	for i := range 5 {
 		name := fmt.Sprintf("pvc-session-nested-%d", i)
 		before := serverCompounds(t)
@@ -166,7 +170,9 @@ func TestCallsThroughASession(t *testing.T) {
 		if want := fmt.Sprintf(`"fileID":%d,"handle":"`, st.Sys().(*syscall.Stat_t).Ino); !strings.Contains(rec, want) || st.Mode().Perm() != 0o770 {
 			t.Errorf("%s: mode %v, record %s; want 0770, sealed with its fileid and handle", name, st.Mode(), rec)
 		}
+		before = serverCompounds(t)
 		c.Delete(t, v)
+		nestedDeletes = append(nestedDeletes, serverCompounds(t)-before)
 		if exists(onExport("team/" + name)) {
 			t.Errorf("DeleteVolume left team/%s: the seal made through the session was not the mount's", name)
 		}
@@ -175,10 +181,14 @@ func TestCallsThroughASession(t *testing.T) {
 	if exists(onExport("team")) {
 		t.Error("the parent nfsdir made stays after its last volume")
 	}
-	t.Logf("CreateVolume one level down through a session: calls the server ran %v", nestedCalls)
+	t.Logf("one level down through a session: calls the server ran for CreateVolume %v, for an empty DeleteVolume %v", nestedCalls, nestedDeletes)
 	slices.Sort(nestedCalls)
+	slices.Sort(nestedDeletes)
 	if nestedCalls[2] > 8 {
 		t.Errorf("CreateVolume one level down through a session costs the server %d calls (median), want at most 8", nestedCalls[2])
+	}
+	if nestedDeletes[2] > 7 {
+		t.Errorf("an empty DeleteVolume one level down through a session costs the server %d calls (median), want at most 7", nestedDeletes[2])
 	}
 	// A directory replaced behind nfsdir's back is not deleted, and the
 	// record stays, through the session as through the mount.
