@@ -329,6 +329,13 @@ func (b *bench) sessionRows(port int, where string, p map[string]string) {
 	}
 	add(fmt.Sprintf("CreateVolume through its NFSv4.1 session, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "≤ 4× bare mkdir", true, server(r.createsServer, mkN))
 	add(fmt.Sprintf("DeleteVolume (empty), NFSv4.2 share, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "≤ 6× bare rmdir", true, server(r.deletesServer, rmN))
+	// One level down: the first volume makes the parent (through the
+	// mount), the last removes it (in its COMPOUND).
+	nested := maps.Clone(p)
+	nested["subDir"] = "team/${pv.metadata.name}"
+	r = b.cdRound("far-session-nested", nested, vc)
+	add(fmt.Sprintf("CreateVolume through its session, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, server(r.createsServer, mkN))
+	add(fmt.Sprintf("DeleteVolume (empty) through its session, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, server(r.deletesServer, rmN))
 }
 
 func (s *scaleRows) after() {

@@ -140,8 +140,8 @@ func TestCallsThroughASession(t *testing.T) {
 	if deletes[2] > 6 {
 		t.Errorf("an empty DeleteVolume through a session costs the server %d calls (median), want at most 6", deletes[2])
 	}
-	// One level down (subDir team/<name>): the look-ups first, all at
-	// once, then the record and the directory in the parent by its
+	// One level down (subDir by-session/<name>): the look-ups first, all
+	// at once, then the record and the directory in the parent by its
 	// filehandle, then the seal with the nesting look-ups again: 8 calls
 	// in three round trips (16 through the mount). An empty DeleteVolume:
 	// the look-ups at once, the parent walked through, and one COMPOUND
@@ -150,7 +150,9 @@ func TestCallsThroughASession(t *testing.T) {
 	// trips (26 through the mount). The first volume makes the parent,
 	// through the mount; a retry finds the volume made; the parent goes
 	// with the last volume in it.
-	nested := params("onDelete", "delete", "mountPermissions", "0770", "subDir", "team/${pv.metadata.name}")
+	nested := params("onDelete", "delete", "mountPermissions", "0770", "subDir", "by-session/${pv.metadata.name}")
+	// A parent of its own: TestCallsThroughTheMount leaves a volume in
+	// team/.
 	sibling := c.Create(t, "pvc-session-sibling", nested, vc)
 	var nestedCalls, nestedDeletes []int64
 	for i := range 5 {
@@ -161,7 +163,7 @@ func TestCallsThroughASession(t *testing.T) {
 		if again := c.Create(t, name, nested, vc); again.VolumeId != v.VolumeId {
 			t.Errorf("a retry of %s answered %s, want %s", name, again.VolumeId, v.VolumeId)
 		}
-		st, err := os.Lstat(onExport("team/" + name))
+		st, err := os.Lstat(onExport("by-session/" + name))
 		must(t, err)
 		id, err := volumeid.Parse(v.VolumeId)
 		must(t, err)
@@ -173,12 +175,12 @@ func TestCallsThroughASession(t *testing.T) {
 		before = serverCompounds(t)
 		c.Delete(t, v)
 		nestedDeletes = append(nestedDeletes, serverCompounds(t)-before)
-		if exists(onExport("team/" + name)) {
-			t.Errorf("DeleteVolume left team/%s: the seal made through the session was not the mount's", name)
+		if exists(onExport("by-session/" + name)) {
+			t.Errorf("DeleteVolume left by-session/%s: the seal made through the session was not the mount's", name)
 		}
 	}
 	c.Delete(t, sibling)
-	if exists(onExport("team")) {
+	if exists(onExport("by-session")) {
 		t.Error("the parent nfsdir made stays after its last volume")
 	}
 	t.Logf("one level down through a session: calls the server ran for CreateVolume %v, for an empty DeleteVolume %v", nestedCalls, nestedDeletes)
