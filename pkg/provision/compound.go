@@ -384,30 +384,28 @@ func unknownOutcome(err error, rec *Record) error {
 // deleteByCompound is DeleteVolume of the volume of id through COMPOUNDs,
 // when its directory is known (knownDir): two round trips where the mount
 // needs about nine, the pruning of a parent nfsdir made included (as
-// deleteAs prunes). done false: nothing
-// was changed, and the mount's path does the whole call, from the record's
-// read on, as it would have: whatever is not the plain case (no record, a
-// record held aside by an update or an interrupted removal, a pending
-// entry in the trash, nothing or something else at the path, a policy
-// other than delete, a volume of an agent, an unsealed or shared one) is
-// left to it, and so is what follows any failure once something changed
-// (it recovers every state a cut call leaves).
+// deleteAs prunes). done false: nothing was changed, and the mount's path
+// does the whole call, from the record's read on, as it would have:
+// whatever is not the plain case (no record, a record held aside by an
+// update or an interrupted removal, a pending entry in the trash, nothing
+// or something else at the path, a policy other than delete, a volume of
+// an agent, an unsealed or shared one) is left to it, and so is what
+// follows any failure once something changed (it recovers every state a
+// cut call leaves).
 //
 // The plain case: the look-ups go at once (the record and the absence of
 // an update's; what is at the path, walked to from the share root, its
 // handle, attributes and the absence of another share's metadata
-// directory in it; the parent's marker when there is a parent; the absence of a
-// pending trash entry and of an interrupted removal's record); the
-// directory must be the sealed one, by fileid and by the digest of its
-// handle. Then one COMPOUND moves it from the parent walked through to
-// its pending trash name, checks
-// that what was moved is the very filehandle checked (VERIFY: the
-// COMPOUND stops otherwise), removes it when empty, takes the record
-// aside, checks that what was taken is the very link read (by its
-// filehandle: a symlink's text never changes, so that link holds the
-// record read) and removes it. The
-// usage figure, when there is one, is dropped at the same time through
-// the mount.
+// directory in it; the parent's marker, when there is a parent; the
+// absence of a pending trash entry and of an interrupted removal's
+// record); the directory must be the sealed one, by fileid and by the
+// digest of its handle. Then one COMPOUND moves it from the parent walked
+// through to its pending trash name, checks that what was moved is the
+// very filehandle checked (VERIFY: the COMPOUND stops otherwise), removes
+// it when empty, takes the record aside, checks that what was taken is
+// the very link read (by its filehandle: a symlink's text never changes,
+// so that link holds the record read) and removes it. The usage figure,
+// when there is one, is dropped at the same time through the mount.
 func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge, done bool, err error) {
 	c := a.compounds
 	subDir, ok := a.knownDir(id.Key)
