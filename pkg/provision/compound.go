@@ -128,6 +128,18 @@ func (a *Area) absentByCompound(ctx context.Context, dir []byte, names ...string
 	return true
 }
 
+// walkTo appends to ops one LOOKUP for each name of the share's path p
+// ("." is the share root: none).
+func walkTo(ops []nfsproto.Op, p string) []nfsproto.Op {
+	if p == "." {
+		return ops
+	}
+	for _, name := range strings.Split(p, "/") {
+		ops = append(ops, &nfsproto.Lookup{Name: name})
+	}
+	return ops
+}
+
 // nestingKeys are the keys of the records that must not exist for a
 // volume at a path below parents: a volume's or a shared directory's at
 // any of them (checkNotNested).
@@ -158,10 +170,7 @@ func (a *Area) parentByCompound(ctx context.Context, subDir string, parents []st
 	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType}}
 	walks := make([][]nfsproto.Op, len(parents))
 	for i, p := range parents {
-		ops := []nfsproto.Op{&nfsproto.PutFH{FH: c.rootFH}}
-		for _, name := range strings.Split(p, "/") {
-			ops = append(ops, &nfsproto.Lookup{Name: name})
-		}
+		ops := walkTo([]nfsproto.Op{&nfsproto.PutFH{FH: c.rootFH}}, p)
 		if i == 0 {
 			ops = append(ops, parentFH, attrs)
 		}
@@ -421,18 +430,12 @@ func (a *Area) deleteByCompound(ctx context.Context, id volumeid.ID, before func
 	// (never through a symlink: a look-up in one fails), and moved from
 	// the very parent walked through, by its filehandle.
 	parents := safepath.Parents(subDir)
-	parentFH, grandFH := &nfsproto.GetFH{FH: c.rootFH}, &nfsproto.GetFH{FH: c.rootFH}
+	parentFH, grandFH := &nfsproto.GetFH{FH: c.rootFH}, &nfsproto.GetFH{}
 	parentAttrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
 	walk := []nfsproto.Op{&nfsproto.PutFH{FH: c.rootFH}}
 	if len(parents) > 0 {
-		names := strings.Split(parents[0], "/")
-		for i, name := range names {
-			walk = append(walk, &nfsproto.Lookup{Name: name})
-			if i == len(names)-2 {
-				walk = append(walk, grandFH)
-			}
-		}
-		walk = append(walk, parentFH, parentAttrs)
+		walk = walkTo(walk, path.Dir(parents[0]))
+		walk = append(walk, grandFH, &nfsproto.Lookup{Name: path.Base(parents[0])}, parentFH, parentAttrs)
 	}
 	walk = append(walk, &nfsproto.Lookup{Name: path.Base(subDir)}, fh, attrs, &nfsproto.Lookup{Name: safepath.MetaDir})
 	var recErr, pathErr, pendingErr, asideErr error
