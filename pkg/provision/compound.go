@@ -42,11 +42,11 @@ type compounds struct {
 	off                       atomic.Bool // the server refused the session: the mount only
 }
 
-// UseCompounds has Create make a volume at the top of the share with one
-// check through the mount and two COMPOUNDs sent through c: the record and
-// the directory (mode 0500) in one, sent with the check, the seal and the
-// volume's mode in the other (3 calls where the mount needs 9, in two
-// round trips). It fails, and the Area goes on
+// UseCompounds has Create make a volume at the top of the share with two
+// COMPOUNDs sent through c: the record and the directory (mode 0500) and
+// the check for a shared directory's record at the path in one, the seal
+// and the volume's mode in the other (2 calls where the mount needs 9).
+// It fails, and the Area goes on
 // through the mount alone, when the mount does not give the server's
 // filehandles in the form Linux's NFS client is known to (KernelHandle):
 // the seal's handle digest must be the one the mount would compute.
@@ -155,8 +155,7 @@ func nestingKeys(parents []string) []string {
 // root (subDir, whose parents are given deepest first) through the
 // session, all at once, one COMPOUND each, and returns the filehandle of
 // its parent: no volume's or shared directory's record for any parent
-// (checkNotNested), no shared directory's record for subDir (checkKind),
-// and each parent a directory with no other share's metadata directory
+// (checkNotNested), and each parent a directory with no other share's metadata directory
 // in it (checkNoShareAbove). Each parent is walked to from the share
 // root, one LOOKUP a name; LOOKUP never follows a symlink, and a look-up
 // in anything but a directory fails, so the walk that ends by finding no
@@ -164,7 +163,7 @@ func nestingKeys(parents []string) []string {
 // was found, a parent is missing, or a look-up failed; nothing was made,
 // and the mount's path makes its checks again (and says why) or makes the
 // parents.
-func (a *Area) parentByCompound(ctx context.Context, subDir string, parents []string) (fh []byte, ok bool) {
+func (a *Area) parentByCompound(ctx context.Context, parents []string) (fh []byte, ok bool) {
 	c := a.compounds
 	parentFH := &nfsproto.GetFH{}
 	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType}}
@@ -179,7 +178,7 @@ func (a *Area) parentByCompound(ctx context.Context, subDir string, parents []st
 	errs := make([]error, len(walks))
 	var noRecords bool
 	fns := []func(){func() {
-		noRecords = a.absentByCompound(ctx, c.volumeFH, append(nestingKeys(parents), volumeid.KeyForSharedDir(subDir))...)
+		noRecords = a.absentByCompound(ctx, c.volumeFH, nestingKeys(parents)...)
 	}}
 	for i, ops := range walks {
 		fns = append(fns, func() { errs[i] = c.c.Do(ctx, ops...) })
@@ -200,7 +199,8 @@ func (a *Area) parentByCompound(ctx context.Context, subDir string, parents []st
 // createByCompound is Create's making of a fresh volume (record, directory,
 // seal, mode) in two COMPOUNDs. done false: the record could not be made
 // (it exists already: a retry, an abandoned creation, another volume's
-// directory; or the server refused), and nothing was made: Create goes on
+// directory; or the server refused), or a shared directory's record is at
+// the path; nothing was made, or what was is undone: Create goes on
 // through the mount, which sorts these out.
 //
 // The steps and the states a failure leaves are those of the mount's
@@ -221,7 +221,7 @@ func (a *Area) createByCompound(ctx context.Context, req Request) (_ *Record, do
 		// Below the share root, the checks go first (a round trip), so
 		// that nothing is ever made inside another volume's directory.
 		var ok bool
-		if parentFH, ok = a.parentByCompound(ctx, req.SubDir, parents); !ok {
+		if parentFH, ok = a.parentByCompound(ctx, parents); !ok {
 			return nil, false, nil
 		}
 	}
@@ -235,42 +235,29 @@ func (a *Area) createByCompound(ctx context.Context, req Request) (_ *Record, do
 	mode := uint32(newDirPerm)
 	dir := &nfsproto.GetFH{}
 	attrs := &nfsproto.GetAttr{Want: []uint32{nfsproto.AttrType, nfsproto.AttrFileID}}
-	// At the top of the share, the check for a shared directory's record
-	// at the path goes to the server at the same time; when it finds one,
-	// what the COMPOUND made (a new, empty directory and its record) is
-	// undone, as recheckNesting undoes a volume that finds another around
-	// it.
-	var kindErr error
-	together(
-		func() {
-			err = c.c.Do(ctx,
-				&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Create{Type: nfsproto.TypeLink, Name: key, Link: string(text)},
-				&nfsproto.PutFH{FH: parentFH}, &nfsproto.Create{Type: nfsproto.TypeDir, Name: path.Base(rec.SubDir), Mode: &mode},
-				dir, attrs)
-		},
-		func() {
-			if len(parents) == 0 {
-				kindErr = a.checkKind(req)
-			}
-		},
-	)
+	// The COMPOUND ends with the look-up of a shared directory's record at
+	// the path (checkKind), which must find nothing: a look-up that finds
+	// nothing stops a COMPOUND, so it goes last, after the record and the
+	// directory, and its NFS4ERR_NOENT is the plain case's answer. When it
+	// finds one, or cannot tell, what the COMPOUND made (a new, empty
+	// directory and its record) is undone, as recheckNesting undoes a
+	// volume that finds another around it, and the mount's path makes the
+	// call from nothing: its checks go first, and say why.
+	err = c.c.Do(ctx,
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Create{Type: nfsproto.TypeLink, Name: key, Link: string(text)},
+		&nfsproto.PutFH{FH: parentFH}, &nfsproto.Create{Type: nfsproto.TypeDir, Name: path.Base(rec.SubDir), Mode: &mode},
+		dir, attrs,
+		&nfsproto.PutFH{FH: c.volumeFH}, &nfsproto.Lookup{Name: volumeid.KeyForSharedDir(rec.SubDir)})
 	var oe *nfsproto.OpError
-	if kindErr != nil {
-		errors.As(err, &oe)
-		switch {
-		case err == nil, oe != nil && oe.Index >= 4: // the directory was made
-			a.removeNewDir(rec.SubDir)
-			a.dropRecord(key, rec)
-		case oe != nil && oe.Index >= 2: // the record only
-			a.dropRecord(key, rec)
-		case oe == nil && !errors.Is(err, nfsproto.ErrNotSent):
-			return nil, true, unknownOutcome(err, rec) // the retry finds out
-		}
-		return nil, true, kindErr
-	}
+	errors.As(err, &oe)
 	switch {
-	case err == nil:
-	case errors.As(err, &oe) && oe.Index <= 1, errors.Is(err, nfsproto.ErrNotSent):
+	case absentAt(err, kindCheckAt):
+	case err == nil, oe != nil && oe.Index >= kindCheckAt-1:
+		// A shared directory's record at the path, or no answer on it.
+		a.removeNewDir(rec.SubDir)
+		a.dropRecord(key, rec)
+		return nil, false, nil
+	case oe != nil && oe.Index <= 1, errors.Is(err, nfsproto.ErrNotSent):
 		// Nothing was made: a record is there already, the server said
 		// no (NFS4ERR_DELAY, a stale records directory, ...), or no
 		// session could be had. The mount's path goes on, and sorts it
@@ -383,6 +370,10 @@ func (a *Area) sealByCompound(ctx context.Context, key string, sealed *Record, d
 		return unknownOutcome(err, sealed)
 	}
 }
+
+// kindCheckAt is the index in createByCompound's first COMPOUND of its
+// look-up of a shared directory's record at the volume's path.
+const kindCheckAt = 7
 
 // unknownOutcome is the answer when a COMPOUND's reply was lost: what it
 // did stays, and a retry finishes it.

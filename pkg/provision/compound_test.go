@@ -292,12 +292,85 @@ func TestCreateThroughTheSessionUndoesWhatAConcurrentCheckRefuses(t *testing.T) 
 	}
 }
 
+// recordingServer is a localServer that keeps the operations of each
+// COMPOUND it was sent.
+type recordingServer struct {
+	localServer
+	sent [][]nfsproto.Op
+}
+
+func (s *recordingServer) Do(ctx context.Context, ops ...nfsproto.Op) error {
+	s.sent = append(s.sent, ops)
+	return s.localServer.Do(ctx, ops...)
+}
+
+// TestCreateThroughTheSessionInTwoCompounds: at the top of the share, a
+// volume is made in two COMPOUNDs, the check for a shared directory's
+// record at its path the last operation of the first (after the record
+// and the directory, since a look-up that finds nothing ends a
+// COMPOUND), and nothing else goes to the server.
+func TestCreateThroughTheSessionInTwoCompounds(t *testing.T) {
+	dir, a := newShare(t)
+	srv := &recordingServer{localServer: localServer{dir: dir}}
+	withCompounds(a, srv)
+	rec, err := a.Create(context.Background(), req("pvc-top", "pvc-top", params.Delete))
+	fatalIf(t, err)
+	if rec.FileID == 0 {
+		t.Errorf("record %+v not sealed", rec)
+	}
+	if len(srv.sent) != 2 {
+		t.Fatalf("%d COMPOUNDs, want 2", len(srv.sent))
+	}
+	first := srv.sent[0]
+	if l, ok := first[len(first)-1].(*nfsproto.Lookup); !ok || l.Name != volumeid.KeyForSharedDir("pvc-top") {
+		t.Errorf("the first COMPOUND ends with %#v, want the look-up of %s", first[len(first)-1], volumeid.KeyForSharedDir("pvc-top"))
+	}
+	if p, ok := first[len(first)-2].(*nfsproto.PutFH); !ok || string(p.FH) != volumesDir {
+		t.Errorf("the check looks in %#v, want the records directory", first[len(first)-2])
+	}
+}
+
+// delayedCheck is a localServer whose look-up of a shared directory's
+// record in Create's first COMPOUND answers NFS4ERR_DELAY instead of
+// finding nothing.
+type delayedCheck struct{ localServer }
+
+func (s *delayedCheck) Do(ctx context.Context, ops ...nfsproto.Op) error {
+	err := s.localServer.Do(ctx, ops...)
+	if absentAt(err, kindCheckAt) {
+		return &nfsproto.OpError{Index: kindCheckAt, Op: "LOOKUP", Status: nfsproto.ErrDelay}
+	}
+	return err
+}
+
+// TestCreateThroughTheSessionUndoneWhenItsCheckGetsNoAnswer: the check in
+// the first COMPOUND cannot tell whether a shared directory's record is at
+// the path: what the COMPOUND made is undone, and the mount's path makes
+// the volume from nothing, its own checks first.
+func TestCreateThroughTheSessionUndoneWhenItsCheckGetsNoAnswer(t *testing.T) {
+	dir, a := newShare(t)
+	withCompounds(a, &delayedCheck{localServer{dir: dir}})
+	rec, err := a.Create(context.Background(), req("pvc-delayed", "pvc-delayed", params.Delete))
+	fatalIf(t, err)
+	st, err := os.Lstat(filepath.Join(dir, "pvc-delayed"))
+	fatalIf(t, err)
+	if rec.FileID != st.Sys().(*syscall.Stat_t).Ino || st.Mode().Perm() != 0o770 {
+		t.Errorf("record %+v for the directory of inode %d, mode %v", rec, st.Sys().(*syscall.Stat_t).Ino, st.Mode())
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, volumesDir))
+	fatalIf(t, err)
+	if len(ents) != 1 || ents[0].Name() != rec.Key() {
+		t.Errorf("records %v, want only %s", ents, rec.Key())
+	}
+}
+
 // TestNestedCreateThroughTheSession: below an existing parent, the checks
 // go first, one COMPOUND each and all at once (the parent walked to and
 // found a directory with no share's metadata in it, no record of a volume
-// or shared directory at it, none of a shared directory at the path),
-// then the record and the directory in the parent by its filehandle, then
-// the seal with the nesting look-ups again: 8 COMPOUNDs in 3 round trips,
+// or shared directory at it), then the record and the directory in the
+// parent by its filehandle with the look-up of a shared directory's record
+// at the path, then the seal with the nesting look-ups again: 7 COMPOUNDs
+// in 3 round trips,
 // and nothing through the mount's path but its look-up of the usage
 // figure.
 func TestNestedCreateThroughTheSession(t *testing.T) {
@@ -319,8 +392,8 @@ func TestNestedCreateThroughTheSession(t *testing.T) {
 	if onShare, err := readRecord(a.records(), rec.Key()); err != nil || onShare == nil || onShare.Handle != rec.Handle {
 		t.Errorf("the record on the share: %+v, %v", onShare, err)
 	}
-	if srv.calls != 8 {
-		t.Errorf("%d COMPOUNDs for a volume one level down, want 8", srv.calls)
+	if srv.calls != 7 {
+		t.Errorf("%d COMPOUNDs for a volume one level down, want 7", srv.calls)
 	}
 	// Two levels down: one more walk and two more records to look for,
 	// before and after.
@@ -328,8 +401,8 @@ func TestNestedCreateThroughTheSession(t *testing.T) {
 	srv.calls = 0
 	_, err = a.Create(context.Background(), req("pvc-b", "a/b/pvc-b", params.Delete))
 	fatalIf(t, err)
-	if srv.calls != 13 {
-		t.Errorf("%d COMPOUNDs for a volume two levels down, want 13", srv.calls)
+	if srv.calls != 12 {
+		t.Errorf("%d COMPOUNDs for a volume two levels down, want 12", srv.calls)
 	}
 }
 
@@ -377,8 +450,8 @@ func TestNestedCreateThroughTheSessionNeverActsWhereTheMountWouldNot(t *testing.
 			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 				t.Errorf("made through the symlink: %v", ents)
 			}
-			if srv.calls != 4 {
-				t.Errorf("%d COMPOUNDs, want the 4 look-ups only", srv.calls)
+			if srv.calls != 3 {
+				t.Errorf("%d COMPOUNDs, want the 3 look-ups only", srv.calls)
 			}
 			if want == nil {
 				if _, err := os.Stat(filepath.Join(dir, ".nfsdir/parents", parentMarker("p"))); err != nil {
