@@ -29,13 +29,14 @@ var (
 	statFiles = flag.Int("stat-files", 100000, "files in the volume whose stats and count are measured (0: skip)")
 	statCalls = flag.Int("stat-calls", 200, "NodeGetVolumeStats calls timed")
 	writerN   = flag.Int("writer-files", 1000, "4 KiB files the concurrent writer creates")
-	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the scale round with few volumes (its CreateVolume, NodeGetVolumeStats and DeleteVolume calls) and of the calls made by the copy agent to this file")
+	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the rows -cpuprofile-rows names to this file")
+	profRows  = flag.String("cpuprofile-rows", "scale", "the rows -cpuprofile covers: scale (the scale round with few volumes: its CreateVolume, NodeGetVolumeStats and DeleteVolume calls; and the calls made by the copy agent) or session (the rows through the controller's NFSv4.1 session)")
 )
 
-// startProfile starts the CPU profile -cpuprofile asks for and returns
-// what stops it.
-func startProfile() func() {
-	if *cpuProf == "" {
+// startProfile starts the CPU profile -cpuprofile asks for, when it
+// covers rows, and returns what stops it.
+func startProfile(rows string) func() {
+	if *cpuProf == "" || rows != *profRows {
 		return func() {}
 	}
 	f, err := os.Create(*cpuProf)
@@ -319,6 +320,8 @@ func (b *bench) sessionRows(port int, where string, p map[string]string) {
 		die(fmt.Errorf("mount NFSv4.2 through the proxy: %v: %s", err, out))
 	}
 	defer exec.Command("umount", bare).Run()
+	stopProfile := startProfile("session")
+	defer stopProfile()
 	mk, rm, mkN, rmN := b.bareRoundIn(bare)
 	vc := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
 		AccessMode: b.vc.AccessMode}
