@@ -219,9 +219,12 @@ func TestRetryStorms(t *testing.T) {
 	kernel = lab.NFSCallsWith("lookupcache=none") - kernel
 	after := httpGet(t, "http://127.0.0.1:29654/metrics")
 	metric := sumMetric(after, "nfsdir_nfs_operations_total", `mount="main"`) - sumMetric(before, "nfsdir_nfs_operations_total", `mount="main"`)
-	t.Logf("one CreateVolume: %v NFS operations on the main mount by the driver's metrics, %d by the kernel's count", metric, kernel)
-	if metric < 1 || metric > float64(kernel)+2 || metric < float64(kernel)-2 {
-		t.Errorf("one CreateVolume added %v to nfsdir_nfs_operations_total of the main mount; the kernel counted %d", metric, kernel)
+	session := sumMetric(after, "nfsdir_nfs_operations_total", `mount="session"`) - sumMetric(before, "nfsdir_nfs_operations_total", `mount="session"`)
+	t.Logf("one CreateVolume: %v NFS operations on the main mount by the driver's metrics, %d by the kernel's count; %v COMPOUNDs on the session", metric, kernel, session)
+	// Through the session (NFS 4.1 and 4.2) a CreateVolume may make no
+	// call through the mount: its calls are counted all the same.
+	if metric+session < 1 || metric > float64(kernel)+2 || metric < float64(kernel)-2 {
+		t.Errorf("one CreateVolume added %v to nfsdir_nfs_operations_total of the main mount (the kernel counted %d) and %v to the session's", metric, kernel, session)
 	}
 
 	// Publish storm: 8 targets, 160 concurrent publish/unpublish calls.
