@@ -152,13 +152,13 @@ func nestingKeys(parents []string) []string {
 }
 
 // parentByCompound makes Create's look-ups for a volume below the share
-// root (subDir, whose parents are given deepest first) through the
-// session, all at once, one COMPOUND each, and returns the filehandle of
-// its parent: no volume's or shared directory's record for any parent
-// (checkNotNested), and each parent a directory with no other share's metadata directory
-// in it (checkNoShareAbove). Each parent is walked to from the share
-// root, one LOOKUP a name; LOOKUP never follows a symlink, and a look-up
-// in anything but a directory fails, so the walk that ends by finding no
+// root (parents: its parents, deepest first) through the session, all at
+// once, one COMPOUND each, and returns the filehandle of its parent: no
+// volume's or shared directory's record for any parent (checkNotNested),
+// and each parent a directory with no other share's metadata directory in
+// it (checkNoShareAbove). Each parent is walked to from the share root,
+// one LOOKUP a name; LOOKUP never follows a symlink, and a look-up in
+// anything but a directory fails, so the walk that ends by finding no
 // metadata directory went through directories only. ok false: something
 // was found, a parent is missing, or a look-up failed; nothing was made,
 // and the mount's path makes its checks again (and says why) or makes the

@@ -370,9 +370,8 @@ func TestCreateThroughTheSessionUndoneWhenItsCheckGetsNoAnswer(t *testing.T) {
 // or shared directory at it), then the record and the directory in the
 // parent by its filehandle with the look-up of a shared directory's record
 // at the path, then the seal with the nesting look-ups again: 7 COMPOUNDs
-// in 3 round trips,
-// and nothing through the mount's path but its look-up of the usage
-// figure.
+// in 3 round trips, and nothing through the mount's path but its look-up
+// of the usage figure.
 func TestNestedCreateThroughTheSession(t *testing.T) {
 	dir, a := newShare(t)
 	srv := &localServer{dir: dir}
