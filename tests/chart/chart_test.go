@@ -93,6 +93,10 @@ func render(t *testing.T, release string, set []string) *rendered {
 			args = append(args, "--api-versions", v)
 			continue
 		}
+		if v, ok := strings.CutPrefix(s, "--kube-version="); ok {
+			args = append(args, "--kube-version", v)
+			continue
+		}
 		args = append(args, "--set", s)
 	}
 	out, err := exec.Command(helm(t), args...).CombinedOutput()
@@ -177,7 +181,7 @@ func TestSchemaRejectsTyposAndWrongTypes(t *testing.T) {
 // restarted nor reported unhealthy for it, and one that hangs later is.
 func checkStartupProbes(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
-	for _, c := range spec.Containers {
+	for _, c := range containersOf(spec) {
 		l, s := c.LivenessProbe, c.StartupProbe
 		if l == nil {
 			continue
@@ -194,12 +198,25 @@ func checkStartupProbes(t *testing.T, spec corev1.PodSpec) {
 
 func container(t *testing.T, spec corev1.PodSpec, name string) *corev1.Container {
 	t.Helper()
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
+	for _, c := range containersOf(spec) {
+		if c.Name == name {
+			return &c
 		}
 	}
 	return nil
+}
+
+// containersOf returns every container of a pod that runs beside the
+// others: its native sidecars (init containers with restartPolicy Always)
+// and its regular containers.
+func containersOf(spec corev1.PodSpec) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			out = append(out, c)
+		}
+	}
+	return append(out, spec.Containers...)
 }
 
 func hasArg(c *corev1.Container, arg string) bool {
@@ -271,7 +288,7 @@ func TestInvariants(t *testing.T) {
 			if dep.HostNetwork {
 				t.Error("controller uses the host network: two replicas on one node would collide")
 			}
-			for _, c := range dep.Containers {
+			for _, c := range containersOf(dep) {
 				for _, p := range c.Ports {
 					if p.HostPort != 0 {
 						t.Errorf("controller container %s has host port %d", c.Name, p.HostPort)
@@ -306,7 +323,7 @@ func TestInvariants(t *testing.T) {
 				t.Errorf("csi-provisioner capacity args %v with capacity tracking %v", prov.Args, capacity)
 			}
 			// Every leader-electing sidecar gets the chart's lease timing.
-			for _, c := range dep.Containers {
+			for _, c := range containersOf(dep) {
 				if hasArg(&c, "--leader-election") && (!contains(c.Args, "--leader-election-lease-duration=137s") ||
 					!contains(c.Args, "--leader-election-renew-deadline=107s") || !contains(c.Args, "--leader-election-retry-period=26s")) {
 					t.Errorf("%s: leader election without the chart's lease timing: %v", c.Name, c.Args)
@@ -588,4 +605,44 @@ func grants(r *rendered, group, resource, verb string) bool {
 		}
 	}
 	return false
+}
+
+// TestControllerStartsInOrder: where kubelet runs native sidecars
+// (Kubernetes 1.29 and later, or when asked), the controller's sidecars are
+// init containers with restartPolicy Always: the liveness probe first (it
+// dials the driver anew at each probe), then nfsdir, each after it with a
+// startup probe (kubelet starts the next one only once it passed), and the
+// provisioner is the pod's one regular container; elsewhere, or when
+// turned off, every container is a regular one.
+func TestControllerStartsInOrder(t *testing.T) {
+	for _, c := range []struct {
+		set    []string
+		native bool
+	}{
+		{nil, true},
+		{[]string{"--kube-version=1.29.0", "feature.enableSnapshotter=true"}, true},
+		{[]string{"--kube-version=1.28.9"}, false},
+		{[]string{"controller.nativeSidecars=false"}, false},
+		{[]string{"--kube-version=1.28.9", "controller.nativeSidecars=true"}, true},
+	} {
+		spec := render(t, "rel", c.set).deployments[0].Spec.Template.Spec
+		var order []string
+		for _, ctr := range containersOf(spec) {
+			order = append(order, ctr.Name)
+			if ctr.Name != "liveness-probe" && (ctr.StartupProbe == nil || ctr.StartupProbe.PeriodSeconds > 2) {
+				t.Errorf("%v: %s starts with probe %+v", c.set, ctr.Name, ctr.StartupProbe)
+			}
+		}
+		if len(containersOf(spec)) != len(spec.InitContainers)+len(spec.Containers) {
+			t.Errorf("%v: an init container that does not keep running: %+v", c.set, spec.InitContainers)
+		}
+		if c.native {
+			if len(spec.Containers) != 1 || spec.Containers[0].Name != "csi-provisioner" || len(spec.InitContainers) < 3 ||
+				spec.InitContainers[0].Name != "liveness-probe" || spec.InitContainers[1].Name != "nfsdir" {
+				t.Errorf("%v: init containers then containers: %v", c.set, order)
+			}
+		} else if len(spec.InitContainers) != 0 {
+			t.Errorf("%v: containers %v, init containers %d", c.set, order, len(spec.InitContainers))
+		}
+	}
 }

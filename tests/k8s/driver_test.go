@@ -69,6 +69,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"DriverMetrics", (*cluster).driverMetrics},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
+		{"ControllerRestartsUnderLoad", (*cluster).controllerRestartsUnderLoad},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},
 	}
@@ -356,7 +357,7 @@ func (c *cluster) dumpDriverOnFailure() {
 		return
 	}
 	for _, p := range c.pods(driverNS, "app.kubernetes.io/name=nfsdir") {
-		for _, ctr := range p.Spec.Containers {
+		for _, ctr := range containersOf(&p) {
 			c.t.Logf("pod %s container %s args %q", p.Name, ctr.Name, ctr.Args)
 		}
 		c.t.Log(c.describePod(&p))
@@ -674,7 +675,7 @@ func (c *cluster) helmUpgrade() {
 	c.waitFor("upgraded pods carry the new mount timeout", 5*time.Minute, func() (bool, error) {
 		ps := c.pods(driverNS, "app.kubernetes.io/name=nfsdir")
 		for _, p := range ps {
-			if p.DeletionTimestamp != nil || !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "90s") {
+			if ctr := containerNamed(&p, "nfsdir"); p.DeletionTimestamp != nil || ctr == nil || !strings.Contains(strings.Join(ctr.Args, " "), "90s") {
 				return false, fmt.Errorf("%s", c.podSummary(ps))
 			}
 		}
@@ -801,108 +802,6 @@ func (c *cluster) nodeHTTPOnThePodIP() {
 		}
 	}
 	c.stage("node metrics and health served on " + nodeIP + " only")
-}
-
-// allStarted: every container of p has passed its startup probe.
-func allStarted(p corev1.Pod) bool {
-	for _, s := range p.Status.ContainerStatuses {
-		if s.Started == nil || !*s.Started {
-			return false
-		}
-	}
-	return len(p.Status.ContainerStatuses) > 0
-}
-
-// expectedWhileStarting: a startup probe's failure, which kubelet reports
-// while a container starts (its process not yet listening, the driver not
-// yet answering) and which, once the container has started, did what it is
-// for. A liveness probe's failure never is.
-func expectedWhileStarting(message string) bool {
-	return strings.HasPrefix(message, "Startup probe failed")
-}
-
-// noContainerRestarted: after all of the above, no container of the driver
-// or of the NFS server has restarted (a crash, a failed liveness probe, a
-// sidecar that lost its leader lease or its connection to the driver).
-//
-// One restart is let pass, and logged: a sidecar's exit during its very
-// first connection to a driver that kept running. The sidecars' connection
-// library (csi-lib-utils) dials with grpc's first back-off, 1 s, as the
-// whole deadline for the connect and the HTTP/2 handshake, and a sidecar
-// whose socket connected but whose handshake missed it exits ("Lost
-// connection") before making any call. While kubelet starts a pod's
-// containers on the lab's emulated CPUs, the driver's or the sidecar's
-// process can be kept off the CPU that long; kubelet restarts the sidecar,
-// which connects and works. A sidecar that had reached the driver (it
-// probed it or asked its name) and then lost it still fails the test.
-func (c *cluster) noContainerRestarted() {
-	pods := append(c.pods(driverNS, "app.kubernetes.io/name=nfsdir"), c.pods("default", "app=nfs-server")...)
-	for _, p := range pods {
-		driverRestarted := false
-		for _, s := range p.Status.ContainerStatuses {
-			driverRestarted = driverRestarted || s.Name == "nfsdir" && s.RestartCount > 0
-		}
-		for _, s := range p.Status.ContainerStatuses {
-			if s.RestartCount == 0 {
-				continue
-			}
-			if p.Namespace == driverNS && s.Name != "nfsdir" && !driverRestarted && s.RestartCount == 1 {
-				if prev, err := c.previousLog(&p, s.Name); err == nil && lostFirstDial(prev) {
-					c.t.Logf("%s of %s exited once while its first connection to the driver was set up (the driver kept running):\n%s",
-						s.Name, p.Name, prev)
-					continue
-				}
-			}
-			c.t.Errorf("container %s of %s restarted %d times\n%s\n%s", s.Name, p.Name, s.RestartCount,
-				c.terminations(&p), c.describePod(&p))
-		}
-	}
-}
-
-// lostFirstDial reports whether a sidecar's log ends with its exit on a
-// lost connection to the driver before it made any call: the lines
-// csi-lib-utils and the sidecars log once a connection is up (the probe
-// for readiness, the driver's name) are missing.
-func lostFirstDial(log string) bool {
-	if !strings.Contains(log, "Lost connection to CSI driver, exiting") {
-		return false
-	}
-	for _, connected := range []string{"Probing CSI driver for readiness", "CSI driver name", "Detected CSI driver"} {
-		if strings.Contains(log, connected) {
-			return false
-		}
-	}
-	return true
-}
-
-// terminations tells how each container of p last ended and what kubelet
-// and containerd logged about p: enough to tell a driver's exit from a
-// sidecar's, and either from the runtime's doing.
-func (c *cluster) terminations(p *corev1.Pod) string {
-	var b strings.Builder
-	for _, s := range p.Status.ContainerStatuses {
-		if t := s.LastTerminationState.Terminated; t != nil {
-			fmt.Fprintf(&b, "  %s (restarts %d) last ended: %s, exit %d, signal %d, %s .. %s: %q\n", s.Name, s.RestartCount,
-				t.Reason, t.ExitCode, t.Signal, t.StartedAt.Format(time.RFC3339), t.FinishedAt.Format(time.RFC3339), t.Message)
-		}
-		if r := s.State.Running; r != nil {
-			fmt.Fprintf(&b, "  %s running since %s\n", s.Name, r.StartedAt.Format(time.RFC3339))
-		}
-	}
-	for _, name := range []string{"kubelet", "containerd"} {
-		data, _ := os.ReadFile(c.logs[name])
-		var lines []string
-		for _, l := range strings.Split(string(data), "\n") {
-			if strings.Contains(l, p.Name) || strings.Contains(l, string(p.UID)) {
-				lines = append(lines, l)
-			}
-		}
-		if len(lines) > 60 {
-			lines = lines[len(lines)-60:]
-		}
-		fmt.Fprintf(&b, "  --- %s's lines about %s:\n%s\n", name, p.Name, strings.Join(lines, "\n"))
-	}
-	return b.String()
 }
 
 // claimWith is a 1Gi claim of the example StorageClass, from dataSource

@@ -181,7 +181,7 @@ func (c *cluster) podSummary(ps []corev1.Pod) string {
 	var b strings.Builder
 	for _, p := range ps {
 		fmt.Fprintf(&b, "[%s %s", p.Name, p.Status.Phase)
-		for _, s := range p.Status.ContainerStatuses {
+		for _, s := range statusesOf(&p) {
 			if w := s.State.Waiting; w != nil {
 				fmt.Fprintf(&b, " %s:%s %s", s.Name, w.Reason, w.Message)
 			}
@@ -204,10 +204,10 @@ func (c *cluster) describePod(p *corev1.Pod) string {
 			fmt.Fprintf(&b, "  event %s %s: %s\n", e.Type, e.Reason, e.Message)
 		}
 	}
-	for _, ctr := range p.Spec.Containers {
+	for _, ctr := range containersOf(p) {
 		fmt.Fprintf(&b, "  logs of %s:\n%s\n", ctr.Name, c.logsOf(p.Namespace, p.Name, ctr.Name))
 	}
-	for _, s := range p.Status.ContainerStatuses {
+	for _, s := range statusesOf(p) {
 		if s.RestartCount > 0 {
 			prev, err := c.previousLog(p, s.Name)
 			fmt.Fprintf(&b, "  logs of the previous %s: %v\n%s\n", s.Name, err, prev)
@@ -217,9 +217,9 @@ func (c *cluster) describePod(p *corev1.Pod) string {
 }
 
 // previousLog returns the log of a container's previous run (its first
-// 4 KiB: a run longer than that is not a first dial's).
+// 64 KiB).
 func (c *cluster) previousLog(p *corev1.Pod, container string) (string, error) {
-	first := int64(4096)
+	first := int64(64 << 10)
 	b, err := c.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container, Previous: true, LimitBytes: &first}).DoRaw(context.Background())
 	return string(b), err
 }

@@ -73,3 +73,26 @@ the pinned csi-provisioner (v5.3.0) and csi-resizer (v1.14.0) read.
 {{- $v := .Values.feature.enableVolumeAttributesClass -}}
 {{- if kindIs "bool" $v -}}{{ $v }}{{- else -}}{{ .Capabilities.APIVersions.Has "storage.k8s.io/v1beta1/VolumeAttributesClass" }}{{- end -}}
 {{- end -}}
+
+{{/*
+"true" when the controller's sidecars run as native sidecars (init
+containers with restartPolicy Always, started in order):
+controller.nativeSidecars, or when null whether the cluster is Kubernetes
+1.29 or later, where kubelet does so by default.
+*/}}
+{{- define "nfsdir.nativeSidecars" -}}
+{{- $v := .Values.controller.nativeSidecars -}}
+{{- if kindIs "bool" $v -}}{{ $v }}{{- else -}}{{ semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version }}{{- end -}}
+{{- end -}}
+
+{{/*
+Timing of the controller containers' startup probes: tried every 2 s for
+up to 5 min (a loaded node may take minutes to start the pod's
+containers), so that each next container starts soon after the one before
+has started.
+*/}}
+{{- define "nfsdir.startupProbeTiming" -}}
+periodSeconds: 2
+timeoutSeconds: 10
+failureThreshold: 150
+{{- end -}}
