@@ -35,22 +35,26 @@ build:
 ## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the Kubernetes
 ## end-to-end scenarios on one node (make e2e) and on two (make e2e-multinode), and
 ## Kubernetes' own storage suite (make e2e-storage) with one spec of each kind
-## (tests/k8s quickSpecs); `make e2e-storage` alone runs all of them.
-test: check helm unit fuzz-short test-nfs e2e e2e-multinode e2e-storage
-test: E2E_STORAGE_QUICK = 1
-# make test leaves out the two storage-suite specs across nodes (10-11 min;
-# make e2e-multinode runs them): with them, a slow day took 87 min of
-# CI's 90 (session 22).
-test: MULTINODE_RUN = TestDriverOnTwoNodes/(ReadWriteManyAcrossNodes|LocksAcrossNodes|ReadWriteOncePodAcrossNodes|ReadWriteOnceAcrossNodes|NodeKilledWithAVolume)
+## (tests/k8s quickSpecs); `make e2e-storage` alone runs all of them. The stages run
+## one after another (tests/stages); it ends with a table of them (seconds, result,
+## what passed and failed), also written to _output/test-timings.json.
+TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode e2e-storage
+# make test leaves out the two storage-suite specs across nodes, which
+# make e2e-multinode runs.
+TEST_MULTINODE_RUN := TestDriverOnTwoNodes/(ReadWriteManyAcrossNodes|LocksAcrossNodes|ReadWriteOncePodAcrossNodes|ReadWriteOnceAcrossNodes|NodeKilledWithAVolume)
+test:
+	E2E_STORAGE_QUICK=1 MULTINODE_RUN='$(TEST_MULTINODE_RUN)' $(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	cd tests/k8s && $(GO) vet ./...
+	cd tests/k8s/sidecars/resizer && $(GO) vet ./...
 
 unit:
 	NFSDIR_HELM=$(HELM) $(GO) test -count=1 ./...
 	cd tests/k8s && $(GO) test -count=1 ./...
+	cd tests/k8s/sidecars/resizer && $(GO) test -count=1 ./...
 
 ## helm: build helm $(HELM_VERSION) from source (no prebuilt download).
 helm: $(HELM)
@@ -75,8 +79,6 @@ fuzz:
 ## host core busy): LAB_LANE2's tests of tests/e2e in one, everything else in the other.
 RUN ?= .
 # About half the lab's guest time: the longest tests of tests/e2e.
-# (2026-12-02: lane 1 took 227 s, lane 2 395 s with TestControllerCallsBoundedOnDeadServer,
-# 67 s, and TestListVolumesOnRealNFS, 6 s, which lane 1 now runs.)
 LAB_LANE2_TESTS := TestPurgeOfADeepChainHoldsFewDescriptors TestSnapshotAndRestoreResumeAfterAKill \
 	TestControllerKilledMidOperations TestSingleNodeVolumeOnOneNodeAtATime \
 	TestDeadServerWithMountedVolumes TestHungShareStallsNothingElse \
