@@ -89,7 +89,7 @@ func FuzzParseStats(f *testing.F) {
 		}
 		// A line the kernel would write reads back as written. Its
 		// operation names never hold a colon or any space, Unicode's
-		// included (U+3000 split one in CI's fuzzing, session 23).
+		// included (fuzzing once split one at U+3000).
 		if op == "" || strings.Contains(op, ":") || strings.IndexFunc(op, unicode.IsSpace) >= 0 || ops == 0 {
 			return
 		}

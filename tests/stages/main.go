@@ -74,7 +74,7 @@ func runStage(makeCmd, target string, out io.Writer) Stage {
 			fmt.Fprintln(out, line)
 			c.Add(line)
 		}
-		io.Copy(io.Discard, pr) // a line over the buffer: drain, counts stay as they are
+		io.Copy(out, pr) // after a line over the buffer: the rest passes through uncounted
 		counted <- c
 	}()
 	err := cmd.Run()
