@@ -1,16 +1,19 @@
-// Package registration proves that nfsdir's node socket registers with a
-// kubelet the way node-driver-registrar does it (node-driver-registrar is not
-// obtainable here; the chart uses its real image). A test registrar serves
-// the kubelet plugin-registration API on a socket in a plugins_registry
-// directory; a client playing the kubelet discovers it, calls GetInfo, dials
-// the advertised CSI endpoint and calls NodeGetInfo, then reports the
-// registration status back.
+// Package registration runs nfsdir's node plugin with the real
+// node-driver-registrar and livenessprobe (built from their release sources
+// by tests/k8s/sidecars/build-release.sh; make unit puts them in
+// NFSDIR_SIDECARS), as the chart's DaemonSet does, and plays the kubelet:
+// it discovers the registrar's socket in plugins_registry, takes its
+// GetInfo, calls the advertised CSI endpoint and reports the registration
+// back; and it asks livenessprobe's /healthz, which answers from the
+// driver's Probe.
 package registration
 
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,20 +29,69 @@ import (
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
-// registrar is a test stand-in for node-driver-registrar.
-type registrar struct {
-	registerapi.UnimplementedRegistrationServer
-	driver, endpoint string
-	status           chan *registerapi.RegistrationStatus
+const driver = "nfsdir.csi.io"
+
+// sidecar is a running sidecar program; it is killed when the test ends.
+type sidecar struct {
+	cmd  *exec.Cmd
+	log  *strings.Builder
+	done chan struct{} // closed when it has exited, with err set
+	err  error
 }
 
-func (r *registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: r.driver, Endpoint: r.endpoint, SupportedVersions: []string{"1.0.0"}}, nil
+// startSidecar runs the named sidecar program from NFSDIR_SIDECARS (or
+// PATH) with args.
+func startSidecar(t *testing.T, name string, args ...string) *sidecar {
+	t.Helper()
+	path := filepath.Join(os.Getenv("NFSDIR_SIDECARS"), name)
+	if _, err := os.Stat(path); err != nil || os.Getenv("NFSDIR_SIDECARS") == "" {
+		if path, err = exec.LookPath(name); err != nil {
+			t.Fatalf("%s is needed: make unit builds it into bin/k8s and sets NFSDIR_SIDECARS (%v)", name, err)
+		}
+	}
+	s := &sidecar{cmd: exec.Command(path, args...), log: &strings.Builder{}, done: make(chan struct{})}
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.err = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		<-s.done
+		if t.Failed() {
+			t.Logf("%s's log:\n%s", name, s.log)
+		}
+	})
+	return s
 }
 
-func (r *registrar) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	r.status <- s
-	return &registerapi.RegistrationStatusResponse{}, nil
+// freeAddress returns a loopback address with a port nothing listens on.
+func freeAddress(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// healthz returns the status code of http://addr/healthz once the server
+// answers, within a minute.
+func healthz(t *testing.T, addr string) int {
+	t.Helper()
+	client := &http.Client{Timeout: 15 * time.Second}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("healthz on %s: %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func dial(t *testing.T, socket string) *grpc.ClientConn {
@@ -52,45 +104,63 @@ func dial(t *testing.T, socket string) *grpc.ClientConn {
 	return conn
 }
 
-func TestKubeletRegistersNodePlugin(t *testing.T) {
-	kubelet := t.TempDir() // plays <kubeletDir>
-	const driver = "nfsdir.csi.io"
+// nodePlugin starts nfsdir's node plugin on <kubelet>/plugins/<driver>/csi.sock.
+func nodePlugin(t *testing.T, kubelet string) *lab.Driver {
 	plugin := filepath.Join(kubelet, "plugins", driver)
-	registry := filepath.Join(kubelet, "plugins_registry")
-	os.MkdirAll(registry, 0o750)
-
-	// The node plugin, as the DaemonSet runs it.
-	m := nfsmounttest.New(t.TempDir())
-	d := lab.StartDriver(t, m, func(c *config.Config) {
+	return lab.StartDriver(t, nfsmounttest.New(t.TempDir()), func(c *config.Config) {
 		c.Mode, c.NodeID, c.DriverName = config.ModeNode, "node-7", driver
 		c.Endpoint = "unix://" + filepath.Join(plugin, "csi.sock")
 	})
+}
 
-	// The registrar advertises it in plugins_registry.
-	reg := &registrar{driver: driver, endpoint: d.Socket, status: make(chan *registerapi.RegistrationStatus, 1)}
-	regSocket := filepath.Join(registry, driver+"-reg.sock")
-	l, err := net.Listen("unix", regSocket)
-	if err != nil {
-		t.Fatal(err)
+// registrarSocket waits for the registrar's socket in plugins_registry.
+func registrarSocket(t *testing.T, registry string, r *sidecar) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ents, _ := os.ReadDir(registry)
+		if len(ents) == 1 && strings.HasSuffix(ents[0].Name(), ".sock") {
+			return filepath.Join(registry, ents[0].Name())
+		}
+		if len(ents) > 1 {
+			t.Fatalf("plugins_registry holds %v", ents)
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("node-driver-registrar exited before it registered: %v", r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no registration socket in %s after a minute", registry)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	srv := grpc.NewServer()
-	registerapi.RegisterRegistrationServer(srv, reg)
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
+}
 
-	// The kubelet: discover sockets in plugins_registry, GetInfo, validate,
-	// call the CSI node service, notify.
-	ents, err := os.ReadDir(registry)
-	if err != nil || len(ents) != 1 || !strings.HasSuffix(ents[0].Name(), ".sock") {
-		t.Fatalf("plugins_registry: %v %v", ents, err)
+func TestKubeletRegistersNodePlugin(t *testing.T) {
+	kubelet := t.TempDir() // plays <kubeletDir>
+	registry := filepath.Join(kubelet, "plugins_registry")
+	os.MkdirAll(registry, 0o750)
+	d := nodePlugin(t, kubelet)
+	health := freeAddress(t)
+	reg := startSidecar(t, "csi-node-driver-registrar", "--csi-address="+d.Socket,
+		"--kubelet-registration-path="+d.Socket, "--plugin-registration-path="+registry,
+		"--http-endpoint="+health, "--v=5")
+
+	// The kubelet: discover the socket, GetInfo, validate, call the CSI
+	// node service, notify.
+	regSocket := registrarSocket(t, registry, reg)
+	if got := filepath.Base(regSocket); got != driver+"-reg.sock" {
+		t.Errorf("registration socket %s", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	info, err := registerapi.NewRegistrationClient(dial(t, filepath.Join(registry, ents[0].Name()))).GetInfo(ctx, &registerapi.InfoRequest{})
+	regClient := registerapi.NewRegistrationClient(dial(t, regSocket))
+	info, err := regClient.GetInfo(ctx, &registerapi.InfoRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Type != registerapi.CSIPlugin || info.Name != driver || info.Endpoint != filepath.Join(plugin, "csi.sock") {
+	if info.Type != registerapi.CSIPlugin || info.Name != driver || info.Endpoint != d.Socket {
 		t.Fatalf("GetInfo = %+v", info)
 	}
 	csiConn := dial(t, info.Endpoint)
@@ -106,10 +176,46 @@ func TestKubeletRegistersNodePlugin(t *testing.T) {
 	if err != nil || len(caps.GetCapabilities()) != 0 {
 		t.Errorf("node-only plugin advertises %v (%v)", caps, err)
 	}
-	if _, err := registerapi.NewRegistrationClient(dial(t, regSocket)).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+	if _, err := regClient.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	if s := <-reg.status; !s.PluginRegistered {
-		t.Errorf("registration status %+v", s)
+	// The registrar's health check (what the chart's probes ask) passes
+	// while its registration socket is there, and it keeps serving.
+	if code := healthz(t, health); code != http.StatusOK {
+		t.Errorf("registrar healthz: %d", code)
+	}
+	select {
+	case <-reg.done:
+		t.Fatalf("node-driver-registrar exited after a successful registration: %v", reg.err)
+	case <-time.After(time.Second):
+	}
+
+	// A failed registration makes the registrar exit, so that kubelet
+	// restarts the container and registers it again.
+	if _, err := regClient.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: false, Error: "version mismatch"}); err != nil && !strings.Contains(err.Error(), "Unavailable") {
+		t.Fatal(err)
+	}
+	select {
+	case <-reg.done:
+		if reg.err == nil {
+			t.Error("node-driver-registrar exited 0 after a failed registration")
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("node-driver-registrar still runs 30 s after a failed registration")
+	}
+}
+
+func TestLivenessProbeAnswersFromProbe(t *testing.T) {
+	d := nodePlugin(t, t.TempDir())
+	addr := freeAddress(t)
+	startSidecar(t, "livenessprobe", "--csi-address="+d.Socket, "--probe-timeout=10s", "--http-endpoint="+addr, "--v=5")
+	if code := healthz(t, addr); code != http.StatusOK {
+		t.Fatalf("healthz of a serving driver: %d", code)
+	}
+	d.Stop()
+	if code := healthz(t, addr); code == http.StatusOK {
+		t.Errorf("healthz of a stopped driver: %d", code)
+	} else {
+		t.Logf("healthz of a stopped driver: %d", code)
 	}
 }
