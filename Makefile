@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/nfsdir/nfsdir/pkg/version.Version=$(VERSION) -X github.com/nfsdir/nfsdir/pkg/version.Commit=$(COMMIT)
 LAB := $(CURDIR)/tests/nfsvm/run.sh
 # Packages whose tests need the NFS lab guest.
-LAB_PKGS := ./tests/sanity/ ./tests/e2e/ ./tests/registration/
+LAB_PKGS := ./tests/sanity/ ./tests/e2e/
 # Fuzz targets run for FUZZTIME each in `make test` (longer in `make fuzz`).
 FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volumeid:FuzzParse \
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse pkg/mounttable:FuzzUnescape \
@@ -24,26 +24,35 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
+.PHONY: all build test test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
 
 all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nfsdir ./cmd/nfsdir
 
-## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run),
-## short fuzzing, the real-NFS lab tests (csi-sanity and e2e in the qemu guest), the Kubernetes
-## end-to-end scenarios on one node (make e2e) and on two (make e2e-multinode), and
-## Kubernetes' own storage suite (make e2e-storage) with one spec of each kind
-## (tests/k8s quickSpecs); `make e2e-storage` alone runs all of them. The stages run
+## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run and
+## the real node-driver-registrar and livenessprobe), short fuzzing, the real-NFS lab tests
+## (csi-sanity and e2e in the qemu guest), the Kubernetes end-to-end scenarios on one node
+## with Kubernetes' own storage suite on the same cluster, one spec of each kind
+## (make e2e; tests/k8s quickSpecs; `make e2e-storage` alone runs all of them), and the
+## scenarios and storage-suite specs on two nodes (make e2e-multinode). The stages run
 ## one after another (tests/stages); it ends with a table of them (seconds, result,
 ## what passed and failed), also written to _output/test-timings.json.
-TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode e2e-storage
-# make test leaves out the two storage-suite specs across nodes, which
-# make e2e-multinode runs.
-TEST_MULTINODE_RUN := TestDriverOnTwoNodes/(ReadWriteManyAcrossNodes|LocksAcrossNodes|ReadWriteOncePodAcrossNodes|ReadWriteOnceAcrossNodes|NodeKilledWithAVolume)
+TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode
 test:
-	E2E_STORAGE_QUICK=1 MULTINODE_RUN='$(TEST_MULTINODE_RUN)' $(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
+	$(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
+
+## test-quick: the day-to-day subset (a few minutes): the checks, the unit tests, a fuzz
+## smoke of every target (FUZZ_SMOKE executions each) and csi-sanity against the kernel NFS
+## server in one lab guest. make test stays the whole thing and what CI runs.
+QUICK_STAGES := check helm unit fuzz-smoke test-nfs-sanity
+FUZZ_SMOKE := 20000x
+test-quick:
+	$(GO) run ./tests/stages -json _output/test-quick-timings.json -make '$(MAKE)' $(QUICK_STAGES)
+
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz-short FUZZTIME=$(FUZZ_SMOKE)
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -52,7 +61,8 @@ check:
 	cd tests/k8s/sidecars/resizer && $(GO) vet ./...
 
 unit:
-	NFSDIR_HELM=$(HELM) $(GO) test -count=1 ./...
+	tests/k8s/sidecars/build-release.sh bin/k8s
+	NFSDIR_HELM=$(HELM) NFSDIR_SIDECARS=$(CURDIR)/bin/k8s $(GO) test -count=1 ./...
 	cd tests/k8s && $(GO) test -count=1 ./...
 	cd tests/k8s/sidecars/resizer && $(GO) test -count=1 ./...
 
@@ -98,6 +108,11 @@ test-nfs: lab-image
 	wait; echo "--- lane 2 ($(LAB_LANE2))"; $(LAB_FILTER) bin/lab-test-2.log; \
 	rc2=$$(cat bin/lab-test-2.rc); echo "lane 1: exit $$rc, lane 2: exit $$rc2"; [ $$rc = 0 ] && [ $$rc2 = 0 ]
 
+## test-nfs-sanity: csi-sanity against the kernel NFS server, in one lab guest.
+test-nfs-sanity: lab-image
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
+	$(LAB_TEST) ./tests/sanity/ 2>&1 | tee bin/lab-test-sanity.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}
+
 ## lab-deps: the host packages the lab needs (installed when missing; needs root).
 lab-deps:
 	@command -v qemu-system-x86_64 >/dev/null && command -v busybox >/dev/null || { \
@@ -125,6 +140,9 @@ ETCD_VERSION := v3.6.16
 CSI_PROVISIONER_VERSION := v5.3.0
 CSI_RESIZER_VERSION := v1.14.0
 CSI_SNAPSHOTTER_VERSION := v8.7.0
+# Built from release sources by tests/k8s/sidecars/build-release.sh, which pins them.
+NODE_DRIVER_REGISTRAR_VERSION := v2.15.0
+LIVENESSPROBE_VERSION := v2.17.0
 k8s-bins:
 	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
 	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
@@ -152,18 +170,19 @@ k8s-e2e-bins:
 ## lab-images: container images for the end-to-end lab as docker-archive tarballs
 ## (no Docker engine, no registry): nfsdir (the static binary plus the runtime
 ## contents the Dockerfile installs), pause, busybox (with the lab's lablock, for
-## the lock scenarios: Debian's busybox has no flock), and the
-## node-driver-registrar and livenessprobe stand-ins.
+## the lock scenarios: Debian's busybox has no flock), and node-driver-registrar and
+## livenessprobe built from their release sources (tests/k8s/sidecars/build-release.sh).
 lab-images: lab-deps
 	mkdir -p bin/images bin/k8s-tools bin/lab
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	cd tests/k8s && for p in imagebuild pause registrar livenessprobe lablock; do \
+	cd tests/k8s && for p in imagebuild pause lablock; do \
 		$(GO) build -o $(CURDIR)/bin/k8s-tools/$$p ./images/$$p || exit 1; done
+	tests/k8s/sidecars/build-release.sh bin/k8s
 	bin/k8s-tools/imagebuild -o bin/images/pause.tar -tag lab.local/pause:3.10 -entrypoint /pause -file bin/k8s-tools/pause:/pause
-	bin/k8s-tools/imagebuild -o bin/images/registrar.tar -tag lab.local/csi-node-driver-registrar:lab \
-		-entrypoint /csi-node-driver-registrar -file bin/k8s-tools/registrar:/csi-node-driver-registrar
-	bin/k8s-tools/imagebuild -o bin/images/livenessprobe.tar -tag lab.local/livenessprobe:lab \
-		-entrypoint /livenessprobe -file bin/k8s-tools/livenessprobe:/livenessprobe
+	bin/k8s-tools/imagebuild -o bin/images/registrar.tar -tag lab.local/csi-node-driver-registrar:$(NODE_DRIVER_REGISTRAR_VERSION) \
+		-entrypoint /csi-node-driver-registrar -file bin/k8s/csi-node-driver-registrar:/csi-node-driver-registrar
+	bin/k8s-tools/imagebuild -o bin/images/livenessprobe.tar -tag lab.local/livenessprobe:$(LIVENESSPROBE_VERSION) \
+		-entrypoint /livenessprobe -file bin/k8s/livenessprobe:/livenessprobe
 	rm -rf bin/images/nfsdir-rootfs && tests/k8s/nfsdir-rootfs.sh bin/images/nfsdir-rootfs
 	bin/k8s-tools/imagebuild -o bin/images/nfsdir.tar -tag lab.local/nfsdir:lab -entrypoint /nfsdir \
 		-file bin/lab/nfsdir:/nfsdir -tree bin/images/nfsdir-rootfs:/
@@ -195,9 +214,12 @@ e2e-smoke: lab-image lab-images
 ## e2e: the Kubernetes end-to-end lab. A single-node cluster (etcd, kube-apiserver,
 ## controller-manager, scheduler, containerd with CRI and the CNI bridge, kubelet) in the
 ## lab guest, an NFS server pod, nfsdir installed with `helm install` of charts/nfsdir
-## (image overrides only), and the workload scenarios of tests/k8s/driver_test.go.
+## (image overrides only), and the workload scenarios of tests/k8s/driver_test.go, among
+## them Kubernetes' storage suite (StorageSuite: one spec of each kind, tests/k8s
+## quickSpecs, within E2E_SUITE_MINUTES; its report lands in bin/e2e-out).
 E2E_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
 E2E_RUN ?= TestDriverOnKubernetes
+E2E_SUITE_MINUTES ?= 25
 # The cluster keeps both vCPUs busy: multi-threaded TCG brought the driver up in
 # 121 s instead of 178-316 s. 6 GiB: containerd keeps a copy of each
 # container's image below /tmp (a tmpfs of half the guest's memory), and
@@ -219,16 +241,20 @@ define e2e-payload
 	cp bin/images/*.tar $(1)/images/
 endef
 e2e: lab-image $(HELM)
+	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e)
-	rm -f bin/e2e/images/agnhost.tar
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
-		$(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
+	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e/
+	rm -rf bin/e2e-out
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-out $(E2E_ENV) NFSDIR_E2E_K8S=1 \
+		NFSDIR_E2E_MINUTES=$(E2E_SUITE_MINUTES) NFSDIR_E2E_QUICK=1 NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_SUITE_MINUTES) + 45) * 60 )) \
+		$(GO) test -count=1 -v -timeout $$(( $(E2E_SUITE_MINUTES) + 50 ))m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
 
 ## e2e-multinode: a two-node cluster. The first lab guest runs the control plane, node
 ## lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's
 ## socket netdev over UDP on 127.0.0.1) runs lab-node-2 (containerd, kubelet); nfsdir
 ## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run
-## (MULTINODE_RUN picks some: 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)').
+## (MULTINODE_RUN picks some: 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)'), among them
+## the storage suite's specs that need two nodes (StorageSuiteAcrossNodes).
 E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTINODE=1 \
 	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
 MULTINODE_RUN ?= TestDriverOnTwoNodes
@@ -237,15 +263,15 @@ e2e-multinode: lab-image $(HELM)
 	$(call e2e-payload,bin/e2e-multinode)
 	rm -f bin/e2e-multinode/images/agnhost.tar
 	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-multinode/
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=2700 \
-		$(GO) test -count=1 -v -timeout 45m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=3600 \
+		$(GO) test -count=1 -v -timeout 60m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
-## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
+## External Storage tests for nfsdir.csi.io) on a single-node lab cluster of its own, at most
 ## E2E_STORAGE_MINUTES. The full output and the JUnit report land in bin/e2e-storage-out.
 ## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
 ## how many specs run at once; E2E_STORAGE_QUICK=1 runs only one spec of each kind
-## (tests/k8s quickSpecs; make test does).
+## (tests/k8s quickSpecs; make e2e runs those on its cluster).
 E2E_STORAGE_MINUTES ?= 50
 E2E_STORAGE_QUICK ?= 0
 e2e-storage: lab-image $(HELM)

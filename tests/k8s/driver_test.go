@@ -69,6 +69,8 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"DriverMetrics", (*cluster).driverMetrics},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
+		// After HelmUpgrade, which turns on the inline volumes it declares.
+		{"StorageSuite", (*cluster).storageSuite},
 		{"ControllerRestartsUnderLoad", (*cluster).controllerRestartsUnderLoad},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},
@@ -184,12 +186,18 @@ func labImageValues() []string {
 		"--set", "image.csiResizer.repository=lab.local/csi-resizer",
 		"--set", "feature.enableSnapshotter=true", "--set", "image.csiSnapshotter.repository=lab.local/csi-snapshotter",
 		"--set", "volumeSnapshotClasses[0].name=nfsdir-snapshots", "--set", "volumeSnapshotClasses[0].deletionPolicy=Delete",
-		"--set", "image.livenessProbe.repository=lab.local/livenessprobe", "--set", "image.livenessProbe.tag=lab",
-		"--set", "image.nodeDriverRegistrar.repository=lab.local/csi-node-driver-registrar", "--set", "image.nodeDriverRegistrar.tag=lab",
+		"--set", "image.livenessProbe.repository=lab.local/livenessprobe",
+		"--set", "image.nodeDriverRegistrar.repository=lab.local/csi-node-driver-registrar",
 		// Counted every 15 s rather than 5 min: the lab checks kubelet's
 		// volume stats within minutes.
 		"--set", "controller.usage.countEvery=15s",
 		"--set", "controller.claimMetadata.enabled=true",
+		// Short leader leases: a new controller pod (an upgrade, a
+		// replacement) takes over within about 40 s rather than the
+		// chart's 137 s, which allow for slow API servers.
+		"--set", "controller.leaderElection.leaseDuration=40s",
+		"--set", "controller.leaderElection.renewDeadline=30s",
+		"--set", "controller.leaderElection.retryPeriod=5s",
 	}
 }
 
