@@ -2,9 +2,40 @@ package treecopy
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
+
+// errReplaced says an entry the copy made was replaced by another while
+// the copy was giving it its attributes: someone is writing the copy.
+var errReplaced = errors.New("replaced by another file while the copy was making it")
+
+// fifoMade runs once a FIFO is made and before it gets its mode; tests
+// put a writer of the copy there.
+var fifoMade = func(dirfd int, name string) {}
+
+// chmodFIFO gives the FIFO name below dirfd, which the copy has just
+// made, its mode through a descriptor of that FIFO (opened O_PATH, never
+// following a symlink; chmod has no such flag before Linux 6.6), so that a
+// name swapped meanwhile for a symlink or another file changes the mode of
+// nothing else.
+func chmodFIFO(dirfd int, name string, mode uint32) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return fmt.Errorf("FIFO %q: %w", name, errReplaced)
+	}
+	return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), mode, 0)
+}
 
 // times returns the access and modification times of st.
 func times(st *unix.Stat_t) []unix.Timespec {
@@ -48,7 +79,7 @@ func (r *copyRun) setAttrsAt(_, dfd int, name string, st *unix.Stat_t) error {
 	if err := unix.Fchownat(dfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}
-	if err := unix.Fchmodat(dfd, name, st.Mode&0o7777, 0); err != nil {
+	if err := chmodFIFO(dfd, name, st.Mode&0o7777); err != nil {
 		return err
 	}
 	return unix.UtimesNanoAt(dfd, name, times(st), unix.AT_SYMLINK_NOFOLLOW)

@@ -19,7 +19,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,10 +39,12 @@ type Copier struct {
 	// Buffer is the size of a read and write when the file systems
 	// offer neither clone nor copy_file_range.
 	Buffer int
-	// MaxLinks bounds the hard-linked files remembered until all their
-	// names are copied; past it, further names of new hard-linked files
-	// become copies of their own (counted in Result.Unlinked).
-	MaxLinks int
+	// MaxLinkBytes bounds the memory, in bytes, of the hard-linked files
+	// remembered until all their names are copied (their names and those
+	// of the directories they are in, each directory once); past it,
+	// further names of new hard-linked files become copies of their own
+	// (counted in Result.Unlinked).
+	MaxLinkBytes int64
 	// Limit paces the copy, one entry at a time; nil: unpaced.
 	Limit Limiter
 	// Progress, when set, follows the copy as it goes (read it from
@@ -65,8 +66,9 @@ type Progress struct {
 
 // Default holds at most 16 directory pairs open, 256 entries per
 // directory read, copies 4 files at once with 1 MiB buffers, and
-// remembers up to 100,000 hard-linked files (about 10 MB).
-var Default = Copier{MaxOpen: 16, Batch: 256, Workers: 4, Buffer: 1 << 20, MaxLinks: 100000}
+// remembers hard-linked files in at most 16 MiB (some 80,000 of them with
+// short names, however deep).
+var Default = Copier{MaxOpen: 16, Batch: 256, Workers: 4, Buffer: 1 << 20, MaxLinkBytes: 16 << 20}
 
 // ErrChanged says a directory of the source was moved while the copy had
 // let it go: the copy is abandoned, and a later one tries again.
@@ -91,7 +93,8 @@ func (m Method) String() string {
 type Result struct {
 	Dirs, Files, Symlinks, FIFOs int64
 	Links                        int64 // names made as hard links to a file already copied
-	Unlinked                     int64 // names of hard-linked files copied on their own (MaxLinks reached)
+	Unlinked                     int64 // names of hard-linked files copied on their own (MaxLinkBytes reached)
+	LinkBytes                    int64 // most bytes the table of hard-linked files held
 	Skipped                      int64 // sockets, device nodes, and other file systems' directories
 	XattrsSkipped                int64 // extended attributes the copy's file system refused
 	Bytes                        int64 // file data copied (holes not counted)
@@ -106,19 +109,11 @@ type Result struct {
 type pair struct {
 	src, dst *os.File // nil: let go, reopened through the child's ".."
 	st       unix.Stat_t
-	name     string        // its name in its parent ("" for the roots)
+	node     *node         // the copy's directory, by name from the roots
 	changed  unix.Timespec // the source's ctime when it was let go
 	consumed int           // entries of it looked at so far
 	pending  []fs.DirEntry // entries read and not yet looked at (only while open)
 	files    sync.WaitGroup
-}
-
-// linked is a hard-linked file of the source whose other names are yet to
-// come: where its copy is, and how many names are left.
-type linked struct {
-	dir  string // the copy's directory, from the copy's root
-	name string
-	left uint64
 }
 
 type copyRun struct {
@@ -129,8 +124,7 @@ type copyRun struct {
 	skipped atomic.Int64
 	// unsupported[m]: m failed as unsupported once; not tried again.
 	unsupported [methods]atomic.Bool
-	dstRoot     int
-	links       map[[2]uint64]*linked
+	links       *linkTable
 	jobs        chan job
 	errMu       sync.Mutex
 	err         error
@@ -140,7 +134,8 @@ type copyRun struct {
 type job struct {
 	src, dst int // raw descriptors: an *os.File would ask the poller about each
 	st       unix.Stat_t
-	rel      string
+	dir      *node // where it is, for messages
+	name     string
 	done     *sync.WaitGroup
 }
 
@@ -150,7 +145,7 @@ type job struct {
 // attributes too. An error leaves a partial copy for the caller to remove.
 func (c Copier) Copy(ctx context.Context, srcfd, dstfd int, rootAttrs bool) (Result, error) {
 	start := time.Now()
-	r := &copyRun{c: c, dstRoot: dstfd, links: map[[2]uint64]*linked{}, jobs: make(chan job)}
+	r := &copyRun{c: c, links: newLinkTable(c.MaxLinkBytes), jobs: make(chan job)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var workers sync.WaitGroup
@@ -180,6 +175,7 @@ func (c Copier) Copy(ctx context.Context, srcfd, dstfd int, rootAttrs bool) (Res
 		r.res.ByMethod[m] = r.methods[m].Load()
 	}
 	r.res.XattrsSkipped += r.skipped.Load()
+	r.res.LinkBytes = r.links.peak
 	r.res.Took = time.Since(start)
 	return r.res, err
 }
@@ -225,7 +221,8 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 		src.Close()
 		return err
 	}
-	root := &pair{src: src, dst: dst}
+	root := &pair{src: src, dst: dst, node: &node{}}
+	root.node.at = root
 	if err := unix.Fstat(int(src.Fd()), &root.st); err != nil {
 		src.Close()
 		dst.Close()
@@ -256,17 +253,18 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 			ents, err := top.src.ReadDir(batch)
 			if len(ents) == 0 {
 				if err != nil && !errors.Is(err, io.EOF) {
-					return fmt.Errorf("read directory %q: %w", r.rel(stack, ""), err)
+					return fmt.Errorf("read directory %q: %w", top.node.path(""), err)
 				}
 				// Done with top: its files finish, then it gets its
 				// attributes (which making entries in it would change).
 				top.files.Wait()
 				if len(stack) > 1 || rootAttrs {
 					if err := r.setAttrs(int(top.src.Fd()), int(top.dst.Fd()), &top.st); err != nil {
-						return fmt.Errorf("directory %q: %w", r.rel(stack, ""), err)
+						return fmt.Errorf("directory %q: %w", top.node.path(""), err)
 					}
 				}
 				stack = stack[:len(stack)-1]
+				top.node.at = nil
 				if len(stack) > 0 {
 					if parent := stack[len(stack)-1]; parent.src == nil {
 						if err := r.reopen(top, parent, batch); err != nil {
@@ -296,7 +294,7 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 		if r.c.Progress != nil {
 			r.c.Progress.Entries.Add(1)
 		}
-		child, err := r.entry(stack, top, e.Name())
+		child, err := r.entry(top, e.Name())
 		if err != nil {
 			return err
 		}
@@ -314,33 +312,17 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 	return nil
 }
 
-// rel is the path of name in the directory on top of stack, from the
-// roots, for messages and hard links.
-func (r *copyRun) rel(stack []*pair, name string) string {
-	p := ""
-	for _, fr := range stack[1:] {
-		p = path.Join(p, fr.name)
-	}
-	if name != "" {
-		p = path.Join(p, name)
-	}
-	if p == "" {
-		return "."
-	}
-	return p
-}
-
 // entry copies the entry name of the directory top: a directory is made
 // and returned to descend into; anything else is copied (a regular file
 // by a worker) and nil returned.
-func (r *copyRun) entry(stack []*pair, top *pair, name string) (*pair, error) {
+func (r *copyRun) entry(top *pair, name string) (*pair, error) {
 	sfd, dfd := int(top.src.Fd()), int(top.dst.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, nil // removed since the listing
 		}
-		return nil, fmt.Errorf("%q: %w", r.rel(stack, name), err)
+		return nil, fmt.Errorf("%q: %w", top.node.path(name), err)
 	}
 	if st.Dev != top.st.Dev {
 		r.res.Skipped++ // another file system mounted inside
@@ -350,11 +332,11 @@ func (r *copyRun) entry(stack []*pair, top *pair, name string) (*pair, error) {
 		if err == nil {
 			return nil
 		}
-		return fmt.Errorf("%q: %w", r.rel(stack, name), err)
+		return fmt.Errorf("%q: %w", top.node.path(name), err)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		return r.dir(stack, top, name, &st)
+		return r.dir(top, name, &st)
 	case unix.S_IFLNK:
 		target, err := readlinkAt(sfd, name, st.Size)
 		if errors.Is(err, unix.ENOENT) {
@@ -371,12 +353,13 @@ func (r *copyRun) entry(stack []*pair, top *pair, name string) (*pair, error) {
 	case unix.S_IFIFO:
 		err := unix.Mkfifoat(dfd, name, 0o600)
 		if err == nil {
+			fifoMade(dfd, name)
 			err = r.setAttrsAt(sfd, dfd, name, &st)
 		}
 		r.res.FIFOs++
 		return nil, wrap(err)
 	case unix.S_IFREG:
-		return nil, wrap(r.regular(stack, top, name, &st))
+		return nil, wrap(r.regular(top, name, &st))
 	default:
 		r.res.Skipped++ // sockets and device nodes are not data
 		return nil, nil
@@ -384,13 +367,13 @@ func (r *copyRun) entry(stack []*pair, top *pair, name string) (*pair, error) {
 }
 
 // dir makes the copy of the source directory name of top and opens both.
-func (r *copyRun) dir(stack []*pair, top *pair, name string, st *unix.Stat_t) (*pair, error) {
+func (r *copyRun) dir(top *pair, name string, st *unix.Stat_t) (*pair, error) {
 	src, err := openDirAt(int(top.src.Fd()), name)
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
 		return nil, nil // replaced since the stat
 	case err != nil:
-		return nil, fmt.Errorf("open directory %q: %w", r.rel(stack, name), err)
+		return nil, fmt.Errorf("open directory %q: %w", top.node.path(name), err)
 	}
 	var now unix.Stat_t
 	if err := unix.Fstat(int(src.Fd()), &now); err != nil || now.Ino != st.Ino || now.Dev != st.Dev {
@@ -400,31 +383,30 @@ func (r *copyRun) dir(stack []*pair, top *pair, name string, st *unix.Stat_t) (*
 	// Owner-only until its attributes are set, after its contents.
 	if err := unix.Mkdirat(int(top.dst.Fd()), name, 0o700); err != nil {
 		src.Close()
-		return nil, fmt.Errorf("make directory %q: %w", r.rel(stack, name), err)
+		return nil, fmt.Errorf("make directory %q: %w", top.node.path(name), err)
 	}
 	dst, err := openDirAt(int(top.dst.Fd()), name)
 	if err != nil {
 		src.Close()
-		return nil, fmt.Errorf("open the copy of %q: %w", r.rel(stack, name), err)
+		return nil, fmt.Errorf("open the copy of %q: %w", top.node.path(name), err)
 	}
 	r.res.Dirs++
-	return &pair{src: src, dst: dst, st: now, name: name}, nil
+	p := &pair{src: src, dst: dst, st: now, node: &node{parent: top.node, name: name}}
+	p.node.at = p
+	return p, nil
 }
 
 // regular copies the regular file name of top: as a hard link when it is
 // another name of a file already copied, else by a worker.
-func (r *copyRun) regular(stack []*pair, top *pair, name string, st *unix.Stat_t) error {
+func (r *copyRun) regular(top *pair, name string, st *unix.Stat_t) error {
 	key := [2]uint64{st.Dev, st.Ino}
 	if st.Nlink > 1 {
-		if l := r.links[key]; l != nil {
-			err := r.linkTo(l, top, name)
-			if err != nil {
+		if l := r.links.m[key]; l != nil {
+			if err := r.linkTo(l, top, name); err != nil {
 				return err
 			}
 			r.res.Links++
-			if l.left--; l.left == 0 {
-				delete(r.links, key)
-			}
+			r.links.used(key, l)
 			return nil
 		}
 	}
@@ -449,42 +431,22 @@ func (r *copyRun) regular(stack []*pair, top *pair, name string, st *unix.Stat_t
 		unix.Close(fd)
 		return err
 	}
-	if now.Nlink > 1 {
-		if len(r.links) < r.c.MaxLinks {
-			r.links[key] = &linked{dir: r.rel(stack, ""), name: name, left: uint64(now.Nlink) - 1}
-		} else {
-			r.res.Unlinked++
-		}
+	if now.Nlink > 1 && !r.links.add(key, top.node, name, uint64(now.Nlink)-1) {
+		r.res.Unlinked++
 	}
 	r.res.Files++
 	top.files.Add(1)
-	r.jobs <- job{src: fd, dst: dfd, st: now, rel: r.rel(stack, name), done: &top.files}
+	r.jobs <- job{src: fd, dst: dfd, st: now, dir: top.node, name: name, done: &top.files}
 	return nil
-}
-
-// linkTo makes name in top's copy a hard link to the copy l, reached from
-// the copy's root without following any symlink.
-func (r *copyRun) linkTo(l *linked, top *pair, name string) error {
-	dir := r.dstRoot
-	if l.dir != "." {
-		fd, err := unix.Openat2(r.dstRoot, l.dir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
-		if err != nil {
-			return fmt.Errorf("open %q for a hard link: %w", l.dir, err)
-		}
-		defer unix.Close(fd)
-		dir = fd
-	}
-	return unix.Linkat(dir, l.name, int(top.dst.Fd()), name, 0)
 }
 
 // copyFile copies the data of j, then its attributes.
 func (r *copyRun) copyFile(ctx context.Context, j job) error {
 	if err := r.copyData(ctx, j); err != nil {
-		return fmt.Errorf("copy %q: %w", j.rel, err)
+		return fmt.Errorf("copy %q: %w", j.dir.path(j.name), err)
 	}
 	if err := r.setAttrs(j.src, j.dst, &j.st); err != nil {
-		return fmt.Errorf("%q: %w", j.rel, err)
+		return fmt.Errorf("%q: %w", j.dir.path(j.name), err)
 	}
 	return nil
 }

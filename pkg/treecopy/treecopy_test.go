@@ -162,9 +162,9 @@ func TestCopyOfADeepChainHoldsFewDescriptors(t *testing.T) {
 	}
 }
 
-// Past MaxLinks, names of further hard-linked files become files of their
+// Past MaxLinkBytes, names of further hard-linked files become files of their
 // own: the data is all there, memory stays bounded.
-func TestCopyBeyondMaxLinksCopiesTheData(t *testing.T) {
+func TestCopyBeyondMaxLinkBytesCopiesTheData(t *testing.T) {
 	src, dst := t.TempDir(), t.TempDir()
 	// All first names in one directory, all second names in another:
 	// three files wait for their second name at once.
@@ -174,7 +174,7 @@ func TestCopyBeyondMaxLinksCopiesTheData(t *testing.T) {
 		must(t, os.Link(filepath.Join(src, "x", fmt.Sprint("a", i)), filepath.Join(src, "y", fmt.Sprint("a", i))))
 	}
 	c := Default
-	c.MaxLinks = 1
+	c.MaxLinkBytes = 400 // room for one file
 	res := copyTree(t, c, src, dst, true)
 	if res.Files+res.Links != 6 || res.Links < 1 || res.Unlinked < 2 {
 		t.Errorf("result %+v", res)

@@ -258,10 +258,11 @@ func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
 				return err
 			}
 			u.res.FIFOs++
+			fifoMade(parent, base)
 			if err := unix.Fchownat(parent, base, h.Uid, h.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return err
 			}
-			if err := unix.Fchmodat(parent, base, mode, 0); err != nil {
+			if err := chmodFIFO(parent, base, mode); err != nil {
 				return err
 			}
 			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
