@@ -7,7 +7,8 @@
 #
 # The sources come from a source archive of the release when one is found
 # (NFSDIR_THIRDPARTY, else a shared/thirdparty directory beside or above
-# the checkout), checked against the pinned sha256; otherwise from a
+# the checkout or the local repository it was cloned from), checked against
+# the pinned sha256; otherwise from a
 # shallow git clone of the upstream tag, checked against the pinned commit.
 # A binary already built from the same pinned source is kept.
 set -euo pipefail
@@ -22,13 +23,26 @@ releases=(
 	"livenessprobe github.com/kubernetes-csi/livenessprobe v2.17.0 064a1024b6280bd5c57b936afee96e441208d7af 62b5481137546e033445549d046b79354a8444e4521f44a25316ccefec3d5126 ./cmd/livenessprobe livenessprobe"
 )
 
-archives() {
-	if [ -n "${NFSDIR_THIRDPARTY:-}" ]; then echo "$NFSDIR_THIRDPARTY"; return; fi
-	local d=$root
+# above DIR: the first shared/thirdparty directory in DIR's parents.
+above() {
+	local d=$1
 	while [ "$d" != / ]; do
 		d=$(dirname "$d")
 		if [ -d "$d/shared/thirdparty" ]; then echo "$d/shared/thirdparty"; return; fi
 	done
+}
+
+# archives: where the source archives are: NFSDIR_THIRDPARTY, else above
+# the checkout, else above the local repository it was cloned from.
+archives() {
+	if [ -n "${NFSDIR_THIRDPARTY:-}" ]; then echo "$NFSDIR_THIRDPARTY"; return; fi
+	local found origin
+	found=$(above "$root")
+	if [ -z "$found" ]; then
+		origin=$(git -C "$root" remote get-url origin 2>/dev/null || true)
+		if [ -n "$origin" ] && [ -d "$origin" ]; then found=$(above "$(cd "$origin" && pwd)/."); fi
+	fi
+	echo "$found"
 }
 
 tp=$(archives)
