@@ -12,7 +12,8 @@ FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volum
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse pkg/mounttable:FuzzUnescape \
 	pkg/targetpath:FuzzCheck pkg/provision:FuzzTuner pkg/capacity:FuzzTallyCountsEachFileOnce pkg/capacity:FuzzDecode \
 	pkg/params:FuzzParseMutable pkg/safepath:FuzzArchiveEntry pkg/migrate:FuzzPlanStaysInsideTheShare \
-	pkg/publock:FuzzParse pkg/mounttable:FuzzParseStats pkg/nfsproto:FuzzDecodeCompound pkg/nfsproto:FuzzKernelHandle
+	pkg/publock:FuzzParse pkg/mounttable:FuzzParseStats pkg/nfsproto:FuzzDecodeCompound pkg/nfsproto:FuzzKernelHandle \
+	pkg/treecopy:FuzzUnpack
 FUZZTIME ?= 300000x
 # Tools built from source (tests/tools pins the module versions).
 HELM_VERSION := v3.22.0

@@ -177,7 +177,19 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 		}
 		archive := os.NewFile(uintptr(afd), rec.Source.Archive)
 		defer archive.Close()
-		copyInto = func(dst int) (treecopy.Result, error) { return treecopy.Unpack(ctx, archive, dst) }
+		u := treecopy.DefaultUnpacker
+		if rec.CapacityBytes > 0 {
+			u.MaxBytes = min(u.MaxBytes, rec.CapacityBytes)
+		}
+		u.Limit, u.Progress = c.Limit, c.Progress
+		copyInto = func(dst int) (treecopy.Result, error) {
+			res, err := u.Unpack(ctx, archive, dst)
+			if errors.Is(err, treecopy.ErrBounds) {
+				err = fault.Wrap(fault.OutOfRange, err, "volume %q cannot be restored from %s within %d bytes of file data, %d entries and names %d deep; ask for a larger volume if it is the bytes",
+					rec.Name, rec.Source, u.MaxBytes, u.MaxEntries, u.MaxDepth)
+			}
+			return res, err
+		}
 	} else {
 		src, from, err := a.openSource(rec)
 		if err != nil {

@@ -1,6 +1,9 @@
 package provision
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"os"
@@ -222,5 +225,36 @@ func TestSnapshotSourcesAreChecked(t *testing.T) {
 	clone.Source = &Source{Key: sharer.Key(), Token: sharer.Token}
 	if _, err := a.Create(context.Background(), clone); fault.KindOf(err) != fault.FailedPrecondition {
 		t.Errorf("clone of a volume sharing its directory: %v; want FailedPrecondition", err)
+	}
+}
+
+// A csi-driver-nfs archive whose files hold more than the volume asks for
+// is refused with OutOfRange, before the data is written.
+func TestArchiveRestoreKeepsToTheVolumeCapacity(t *testing.T) {
+	dir, a := newShare(t)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: "big", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(make([]byte, 2<<20))
+	tw.Close()
+	zw.Close()
+	if err := os.WriteFile(filepath.Join(dir, "snap.tar.gz"), buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := req("pvc-restored", "pvc-restored", params.Delete) // 1 MiB
+	r.Source = &Source{Archive: "snap.tar.gz"}
+	rec, err := a.Create(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Fill(context.Background(), idOf(rec), treecopy.Default)
+	if !fault.Is(err, fault.OutOfRange) || !errors.Is(err, treecopy.ErrBounds) {
+		t.Errorf("a 2 MiB archive into a 1 MiB volume: %v, want OutOfRange", err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "pvc-restored", "big")); err == nil {
+		t.Errorf("the file was written anyway (%d bytes)", st.Size())
 	}
 }

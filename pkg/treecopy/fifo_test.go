@@ -62,7 +62,7 @@ func TestUnpackNeverChmodsThroughASwappedFIFO(t *testing.T) {
 	must(t, w.WriteHeader(&tar.Header{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o666}))
 	must(t, w.Close())
 	swapFIFOForSymlink(t, victim(t))
-	if _, err := Unpack(context.Background(), &buf, openDir(t, t.TempDir())); err == nil {
+	if _, err := DefaultUnpacker.Unpack(context.Background(), &buf, openDir(t, t.TempDir())); err == nil {
 		t.Error("the restore went on with its FIFO swapped for a symlink")
 	}
 }
@@ -78,7 +78,7 @@ func TestFIFOsGetTheirMode(t *testing.T) {
 	must(t, w.WriteHeader(&tar.Header{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o1666}))
 	must(t, w.Close())
 	restored := t.TempDir()
-	if _, err := Unpack(context.Background(), &buf, openDir(t, restored)); err != nil {
+	if _, err := DefaultUnpacker.Unpack(context.Background(), &buf, openDir(t, restored)); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{filepath.Join(dst, "fifo"), filepath.Join(restored, "fifo")} {

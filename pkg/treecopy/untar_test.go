@@ -78,7 +78,7 @@ func TestUnpackStaysInsideAndKeepsAttributes(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer unix.Close(fd)
-			res, err := Unpack(context.Background(), bytes.NewReader(archive), fd)
+			res, err := DefaultUnpacker.Unpack(context.Background(), bytes.NewReader(archive), fd)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +138,7 @@ func TestUnpackOfATruncatedArchiveFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	if _, err := Unpack(context.Background(), bytes.NewReader(archive[:1500]), fd); err == nil {
+	if _, err := DefaultUnpacker.Unpack(context.Background(), bytes.NewReader(archive[:1500]), fd); err == nil {
 		t.Error("a truncated archive unpacked without error")
 	}
 }
