@@ -27,6 +27,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 	"github.com/nfsdir/nfsdir/pkg/version"
 )
 
@@ -87,6 +88,7 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.StringVar(&cfg.QuotaCert, "quota-tls-cert", "", "client certificate (PEM) for the quota agents StorageClasses name with quotaAgent; read again when it changes")
 	fs.StringVar(&cfg.QuotaKey, "quota-tls-key", "", "its private key (PEM)")
 	fs.StringVar(&cfg.QuotaCA, "quota-ca", "", "the CA that signs the quota agents' certificates (PEM)")
+	fs.StringVar(&cfg.QuotaAgentIdentity, "quota-agent-identity", quotaagent.DefaultAgentIdentity, "the identity (URI or DNS subject alternative name) an agent's certificate must hold, besides being signed by --quota-ca for the agent's address and marked for server authentication")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
 	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", cfg.KubeletDir, "kubelet's root directory; the node service mounts only on kubelet's CSI volume paths below it")

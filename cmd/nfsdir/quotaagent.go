@@ -26,6 +26,7 @@ type quotaAgentArgs struct {
 	copyWorkers                int
 	copyRate                   float64
 	tls                        quotaagent.Files
+	ids                        quotaagent.Identities
 }
 
 func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
@@ -39,6 +40,8 @@ func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 	fs.StringVar(&a.tls.Cert, "tls-cert", "", "the agent's certificate (PEM; read again when it changes)")
 	fs.StringVar(&a.tls.Key, "tls-key", "", "its private key (PEM)")
 	fs.StringVar(&a.tls.CA, "client-ca", "", "the CA that signs the controller's client certificates (PEM)")
+	fs.StringArrayVar(&a.ids.Controllers, "allow-controller", []string{quotaagent.DefaultControllerIdentity}, "an identity (URI or DNS subject alternative name) of client certificates that may call every method: make and remove volumes, set and clear quotas, copy (repeatable)")
+	fs.StringArrayVar(&a.ids.Readers, "allow-reader", nil, "an identity of client certificates that may only read quotas, follow copies and probe (repeatable)")
 	fs.StringVar(&a.projects, "projects", "100000-199999", "the project IDs the agent gives volumes, first-last; others are never touched")
 	fs.StringVar(&a.auditLog, "audit-log", "", "file to append one JSON line per change to (the log gets them too)")
 	if err := fs.Parse(args); err != nil {
@@ -94,7 +97,7 @@ func runQuotaAgent(args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tlsCfg, err := quotaagent.ServerTLS(a.tls)
+	tlsCfg, err := quotaagent.ServerTLS(a.tls, a.ids)
 	if err != nil {
 		return err
 	}
@@ -105,5 +108,6 @@ func runQuotaAgent(args []string, _ io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	klog.Infof("quota agent serving on %s for %d export roots (quotas and copies) and %d for copies only, projects %s", l.Addr(), len(cfg.Exports), len(cfg.CopyExports), a.projects)
-	return quotaagent.Serve(ctx, l, agent, tlsCfg)
+	klog.Infof("quota agent callers: controllers %q, readers %q", a.ids.Controllers, a.ids.Readers)
+	return quotaagent.Serve(ctx, l, agent, tlsCfg, a.ids)
 }

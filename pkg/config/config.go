@@ -100,6 +100,10 @@ type Config struct {
 	// certificate, its key and the agents' CA, for the quota agents
 	// StorageClasses name (quotaAgent); empty: none.
 	QuotaCert, QuotaKey, QuotaCA string
+	// QuotaAgentIdentity is the identity (a URI or DNS subject alternative
+	// name) every agent's certificate must hold; empty: the agents' default
+	// identity.
+	QuotaAgentIdentity string
 	// CheckOnly asks main to validate the configuration and exit.
 	CheckOnly bool
 	// MetricsAddress is host:port for Prometheus /metrics; "" is off.

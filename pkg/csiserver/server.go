@@ -4,6 +4,7 @@
 package csiserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,7 +71,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		copying := shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}
 		if cfg.QuotaCert != "" || cfg.QuotaKey != "" || cfg.QuotaCA != "" {
 			var err error
-			if pool, err = quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA}); err != nil {
+			if pool, err = quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA}, cmp.Or(cfg.QuotaAgentIdentity, quotaagent.DefaultAgentIdentity)); err != nil {
 				return nil, fmt.Errorf("quota agents' client certificate: %w", err)
 			}
 			pool.Observe(func(agent, method string, err error, took time.Duration) {

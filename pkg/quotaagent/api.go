@@ -107,13 +107,19 @@ func (jsonCodec) Name() string                       { return "json" }
 
 func init() { encoding.RegisterCodec(jsonCodec{}) }
 
-func handler[Req any, Resp any](call func(Service, context.Context, *Req) (*Resp, error)) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+// handler decodes a request of method and runs call with it, through the
+// server's interceptor (which authorizes the caller) when it has one.
+func handler[Req any, Resp any](method string, call func(Service, context.Context, *Req) (*Resp, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, intercept grpc.UnaryServerInterceptor) (any, error) {
 		req := new(Req)
 		if err := dec(req); err != nil {
 			return nil, err
 		}
-		return call(srv.(Service), ctx, req)
+		run := func(ctx context.Context, req any) (any, error) { return call(srv.(Service), ctx, req.(*Req)) }
+		if intercept == nil {
+			return run(ctx, req)
+		}
+		return intercept(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + ServiceName + "/" + method}, run)
 	}
 }
 
@@ -121,14 +127,14 @@ var serviceDesc = grpc.ServiceDesc{
 	ServiceName: ServiceName,
 	HandlerType: (*Service)(nil),
 	Methods: []grpc.MethodDesc{
-		{MethodName: "Set", Handler: handler(Service.Set)},
-		{MethodName: "Clear", Handler: handler(Service.Clear)},
-		{MethodName: "Get", Handler: handler(Service.Get)},
-		{MethodName: "Copy", Handler: handler(Service.Copy)},
-		{MethodName: "CopyProgress", Handler: handler(Service.CopyProgress)},
-		{MethodName: "MakeVolume", Handler: handler(Service.MakeVolume)},
-		{MethodName: "RemoveVolume", Handler: handler(Service.RemoveVolume)},
-		{MethodName: "Probe", Handler: handler(Service.Probe)},
+		{MethodName: "Set", Handler: handler("Set", Service.Set)},
+		{MethodName: "Clear", Handler: handler("Clear", Service.Clear)},
+		{MethodName: "Get", Handler: handler("Get", Service.Get)},
+		{MethodName: "Copy", Handler: handler("Copy", Service.Copy)},
+		{MethodName: "CopyProgress", Handler: handler("CopyProgress", Service.CopyProgress)},
+		{MethodName: "MakeVolume", Handler: handler("MakeVolume", Service.MakeVolume)},
+		{MethodName: "RemoveVolume", Handler: handler("RemoveVolume", Service.RemoveVolume)},
+		{MethodName: "Probe", Handler: handler("Probe", Service.Probe)},
 	},
 }
 

@@ -32,6 +32,9 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
+// labIDs pin the lab's controller certificate to the controller role.
+var labIDs = quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}}
+
 // serveAgent serves an agent with cfg on a loopback port, with mutual
 // TLS, until the test ends, and returns a controller's Pool for it and
 // its endpoint.
@@ -42,7 +45,7 @@ func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) 
 		t.Fatal(err)
 	}
 	pki := lab.NewPKI(t)
-	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA})
+	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA}, labIDs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +55,8 @@ func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go quotaagent.Serve(ctx, l, agent, tlsCfg)
-	pool, err := quotaagent.NewPool(quotaagent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA})
+	go quotaagent.Serve(ctx, l, agent, tlsCfg, labIDs)
+	pool, err := quotaagent.NewPool(quotaagent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA}, quotaagent.DefaultAgentIdentity)
 	if err != nil {
 		t.Fatal(err)
 	}

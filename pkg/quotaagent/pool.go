@@ -41,9 +41,10 @@ func (p *Pool) timed(endpoint, method string, t0 time.Time, err error) error {
 	return err
 }
 
-// NewPool returns a Pool that authenticates with files.
-func NewPool(files Files) (*Pool, error) {
-	cfg, err := ClientTLS(files, "")
+// NewPool returns a Pool that authenticates with files and accepts agents
+// whose certificates hold agentIdentity.
+func NewPool(files Files, agentIdentity string) (*Pool, error) {
+	cfg, err := ClientTLS(files, agentIdentity)
 	if err != nil {
 		return nil, err
 	}

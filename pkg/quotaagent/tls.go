@@ -15,6 +15,11 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"k8s.io/klog/v2"
+
+	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/grpcstatus"
 )
 
 // Files are the PEM files of one side of the mutual TLS: its certificate
@@ -93,23 +98,41 @@ func (r *reloader) get() (keyPair, error) {
 }
 
 // ServerTLS is the agent's TLS: TLS 1.3, and a client certificate signed
-// by the CA is required.
-func ServerTLS(f Files) (*tls.Config, error) {
+// by the CA, marked for client authentication and holding an identity
+// that ids pins to a role, is required; any other is refused in the
+// handshake.
+func ServerTLS(f Files, ids Identities) (*tls.Config, error) {
+	if len(ids.Controllers) == 0 {
+		return nil, errors.New("the agent needs the identity of the controller's certificate (--allow-controller)")
+	}
 	r, err := newReloader(f)
 	if err != nil {
 		return nil, err
 	}
+	pinned := func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("no client certificate")
+		}
+		if leaf := cs.PeerCertificates[0]; ids.RoleOf(leaf) == NoRole {
+			return fmt.Errorf("client certificate %s is not marked for client authentication or holds no identity pinned to a role on this agent", describe(leaf))
+		}
+		return nil
+	}
 	return &tls.Config{MinVersion: tls.VersionTLS13, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		kp, _ := r.get()
 		return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*kp.cert},
-			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: kp.pool}, nil
+			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: kp.pool, VerifyConnection: pinned}, nil
 	}}, nil
 }
 
 // ClientTLS is the controller's TLS towards an agent: its client
 // certificate, and the agent's certificate verified against the CA for
-// serverName (the endpoint's host when empty).
-func ClientTLS(f Files, serverName string) (*tls.Config, error) {
+// the endpoint's host, marked for server authentication and holding the
+// agents' identity.
+func ClientTLS(f Files, agentIdentity string) (*tls.Config, error) {
+	if agentIdentity == "" {
+		return nil, errors.New("the controller needs the identity of the agents' certificates (--quota-agent-identity)")
+	}
 	r, err := newReloader(f)
 	if err != nil {
 		return nil, err
@@ -132,21 +155,32 @@ func ClientTLS(f Files, serverName string) (*tls.Config, error) {
 			for _, c := range cs.PeerCertificates[1:] {
 				inter.AddCert(c)
 			}
-			name := serverName
-			if name == "" {
-				name = cs.ServerName
+			leaf := cs.PeerCertificates[0]
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: kp.pool, Intermediates: inter, DNSName: cs.ServerName,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				return err
 			}
-			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: kp.pool, Intermediates: inter, DNSName: name,
-				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-			return err
+			return checkAgent(leaf, agentIdentity)
 		},
 	}, nil
 }
 
-// Serve serves agent on l with mutual TLS until ctx ends.
-func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config) error {
+// Limits of the agent's server: connections at once (more wait in the
+// listen queue), concurrent calls on one connection, and the size of a
+// request.
+const (
+	maxConns   = 64
+	maxStreams = 64
+	maxRequest = 1 << 20
+)
+
+// Serve serves agent on l with mutual TLS until ctx ends, letting each
+// caller call what the role ids pins to its certificate allows.
+func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config, ids Identities) error {
+	l = limitListener(l, maxConns)
 	// Controllers ping during long calls (copies) to notice a host gone.
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)),
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)), grpc.UnaryInterceptor(authorize(ids)),
+		grpc.MaxConcurrentStreams(maxStreams), grpc.MaxRecvMsgSize(maxRequest),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveEvery / 2}),
 		// and the agent pings a quiet controller: a copy whose caller's
 		// host is gone is stopped.
@@ -198,4 +232,55 @@ func Dial(endpoint string, cfg *tls.Config) (*Client, func() error, error) {
 		return nil, nil, err
 	}
 	return NewClient(conn), conn.Close, nil
+}
+
+// authorize refuses a call whose caller's role may not call its method.
+func authorize(ids Identities) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		role, who := NoRole, "a caller without a certificate"
+		if p, ok := peer.FromContext(ctx); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+				role, who = ids.RoleOf(ti.State.PeerCertificates[0]), describe(ti.State.PeerCertificates[0])
+			}
+		}
+		if !role.MayCall(info.FullMethod) {
+			err := fault.New(fault.PermissionDenied, "%s (role %s) may not call %s", who, role, info.FullMethod)
+			klog.Warningf("refused: %v", err)
+			return nil, grpcstatus.Of(err)
+		}
+		return next(ctx, req)
+	}
+}
+
+// limitListener lets at most n connections of l be open at once: Accept
+// waits for one to close before it takes another.
+func limitListener(l net.Listener, n int) net.Listener {
+	return &limited{Listener: l, slots: make(chan struct{}, n)}
+}
+
+type limited struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	l.slots <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
+}
+
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
 }

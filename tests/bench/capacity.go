@@ -246,7 +246,7 @@ func (b *bench) agentRound(where, agent string, p map[string]string, vc *csi.Vol
 	p["copyAgent"], p["onDelete"] = agent, "delete"
 	b.cdRound("made-warm-up"+where, p, vc)
 	r := b.cdRound("made"+where, p, vc)
-	tlsCfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: b.pki.Client.Cert, Key: b.pki.Client.Key, CA: b.pki.CA}, "")
+	tlsCfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: b.pki.Client.Cert, Key: b.pki.Client.Key, CA: b.pki.CA}, quotaagent.DefaultAgentIdentity)
 	if err != nil {
 		die(err)
 	}

@@ -32,7 +32,7 @@ func startQuotaAgent(ctx context.Context, dir string) (lab.PKI, error) {
 	if err != nil {
 		return pki, err
 	}
-	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA})
+	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA}, quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}})
 	if err != nil {
 		return pki, err
 	}
@@ -40,7 +40,7 @@ func startQuotaAgent(ctx context.Context, dir string) (lab.PKI, error) {
 	if err != nil {
 		return pki, err
 	}
-	go quotaagent.Serve(ctx, l, agent, tlsCfg)
+	go quotaagent.Serve(ctx, l, agent, tlsCfg, quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}})
 	return pki, nil
 }
 

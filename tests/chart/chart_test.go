@@ -307,7 +307,7 @@ func TestInvariants(t *testing.T) {
 			quota := strings.Contains(values, "quota.clientSecret=nfsdir-quota-client")
 			mounted := slices.ContainsFunc(nfsdir.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "quota-client" && m.ReadOnly && m.SubPath == "" })
 			secret := slices.ContainsFunc(dep.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "nfsdir-quota-client" })
-			if hasArg(nfsdir, "--quota-tls-cert") != quota || hasArg(nfsdir, "--quota-ca") != quota || mounted != quota || secret != quota {
+			if hasArg(nfsdir, "--quota-tls-cert") != quota || hasArg(nfsdir, "--quota-ca") != quota || hasArg(nfsdir, "--quota-agent-identity") != quota || mounted != quota || secret != quota {
 				t.Errorf("quota client secret %v: args %v, mounted %v, volume %v", quota, nfsdir.Args, mounted, secret)
 			}
 			claimMeta := strings.Contains(values, "claimMetadata.enabled=true")

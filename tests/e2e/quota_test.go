@@ -415,7 +415,7 @@ func dialAgent(t *testing.T, f lab.CertFiles, ca string) *quotaagent.Client {
 }
 
 func dialAgentErr(f lab.CertFiles, ca string) *quotaagent.Client {
-	cfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: f.Cert, Key: f.Key, CA: ca}, "")
+	cfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: f.Cert, Key: f.Key, CA: ca}, quotaagent.DefaultAgentIdentity)
 	if err != nil {
 		panic(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,8 +137,14 @@ func (c *cluster) setupQuota(pod *corev1.Pod) {
 		"{ [ -b $dev ] || mknod $dev b 7 ${dev#/dev/loop}; } && losetup $dev /run/quota.img && "+
 		"mkfs.xfs -q $dev && mkdir -p "+serverDir+"/quota && mount -t xfs -o prjquota $dev "+serverDir+"/quota")
 	ca, _ := os.ReadFile(filepath.Join(c.dir, "ca.crt"))
-	secret := func(ns, name, cn string, usage x509.ExtKeyUsage, ips ...net.IP) {
-		cert, key := c.pki.issue(c.t, name, &x509.Certificate{Subject: pkix.Name{CommonName: cn}, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips})
+	// The chart's and the agent's default identities pin the certificates
+	// to their roles.
+	secret := func(ns, name, cn, identity string, usage x509.ExtKeyUsage, ips ...net.IP) {
+		id, err := url.Parse(identity)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		cert, key := c.pki.issue(c.t, name, &x509.Certificate{Subject: pkix.Name{CommonName: cn}, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, URIs: []*url.URL{id}})
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{
 			"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert}),
 			"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
@@ -147,8 +154,8 @@ func (c *cluster) setupQuota(pod *corev1.Pod) {
 			c.t.Fatal(err)
 		}
 	}
-	secret("default", quotaAgentSecret, "quota-agent", x509.ExtKeyUsageServerAuth, net.ParseIP(nodeIP))
-	secret(driverNS, quotaClientSecret, "nfsdir-controller", x509.ExtKeyUsageClientAuth)
+	secret("default", quotaAgentSecret, "quota-agent", "urn:nfsdir:agent", x509.ExtKeyUsageServerAuth, net.ParseIP(nodeIP))
+	secret(driverNS, quotaClientSecret, "nfsdir-controller", "urn:nfsdir:controller", x509.ExtKeyUsageClientAuth)
 	const image = "lab.local/nfsdir:lab" // the chart's nfsdir image in the lab
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 		Name: "quota-agent", Image: image, ImagePullPolicy: corev1.PullNever,

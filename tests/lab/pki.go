@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,12 +19,23 @@ import (
 // CertFiles are a certificate and its key, PEM files.
 type CertFiles struct{ Cert, Key string }
 
-// PKI is a test CA (its certificate in CA) with a server certificate for
-// 127.0.0.1 and a client certificate.
+// PKI is a test CA (its certificate in CA) with an agent's server
+// certificate for 127.0.0.1 (identity urn:nfsdir:agent) and a
+// controller's client certificate (urn:nfsdir:controller), as the agent
+// and the controller expect by default.
 type PKI struct {
 	CA             string
 	Server, Client CertFiles
+	// Issue signs a further certificate from tmpl (subject, usages,
+	// names) with the CA, written as name.crt and name.key.
+	Issue func(name string, tmpl *x509.Certificate) (CertFiles, error)
 }
+
+// Lab identities: the agent's and the controller's defaults.
+var (
+	AgentURI      = &url.URL{Scheme: "urn", Opaque: "nfsdir:agent"}
+	ControllerURI = &url.URL{Scheme: "urn", Opaque: "nfsdir:controller"}
+)
 
 // NewPKI makes a PKI in a directory of the test's.
 func NewPKI(t testing.TB) PKI {
@@ -50,11 +62,13 @@ func MakePKI(dir string) (PKI, error) {
 	if err := writePEM(p.CA, "CERTIFICATE", caDER); err != nil {
 		return PKI{}, err
 	}
-	issue := func(name string, usage x509.ExtKeyUsage, ips ...net.IP) (CertFiles, error) {
+	p.Issue = func(name string, tmpl *x509.Certificate) (CertFiles, error) {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips}
+		tmpl.SerialNumber, tmpl.KeyUsage = big.NewInt(time.Now().UnixNano()), x509.KeyUsageDigitalSignature
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+		if tmpl.Subject.CommonName == "" {
+			tmpl.Subject = pkix.Name{CommonName: name}
+		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 		if err != nil {
 			return CertFiles{}, err
@@ -66,10 +80,11 @@ func MakePKI(dir string) (PKI, error) {
 		}
 		return f, writePEM(f.Key, "PRIVATE KEY", kder)
 	}
-	if p.Server, err = issue("agent", x509.ExtKeyUsageServerAuth, net.ParseIP("127.0.0.1")); err != nil {
+	if p.Server, err = p.Issue("agent", &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, URIs: []*url.URL{AgentURI}}); err != nil {
 		return PKI{}, err
 	}
-	p.Client, err = issue("nfsdir-controller", x509.ExtKeyUsageClientAuth)
+	p.Client, err = p.Issue("nfsdir-controller", &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, URIs: []*url.URL{ControllerURI}})
 	return p, err
 }
 
