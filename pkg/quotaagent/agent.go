@@ -314,6 +314,13 @@ func (a *Agent) copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.
 		// Said before anything is written: the controller copies instead.
 		return res, fault.New(fault.Unimplemented, "this agent does not copy on share %q: not one of its export roots (--export, --copy-export)", req.Share)
 	}
+	// A worker first: copies waiting for one hold no descriptor.
+	select {
+	case a.copies <- struct{}{}:
+		defer func() { <-a.copies }()
+	case <-ctx.Done():
+		return res, fault.Wrap(fault.Unavailable, ctx.Err(), "waiting for a copy worker")
+	}
 	_, v, err := a.view(share)
 	if err != nil {
 		return res, err
@@ -325,12 +332,6 @@ func (a *Agent) copy(ctx context.Context, req *provision.RemoteCopy) (*treecopy.
 	}
 	defer src.Close()
 	defer dst.Close()
-	select {
-	case a.copies <- struct{}{}:
-		defer func() { <-a.copies }()
-	case <-ctx.Done():
-		return res, fault.Wrap(fault.Unavailable, ctx.Err(), "waiting for a copy worker")
-	}
 	p := &treecopy.Progress{}
 	key := copyKey(req)
 	a.copyMu.Lock()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -172,6 +173,10 @@ const (
 	maxConns   = 64
 	maxStreams = 64
 	maxRequest = 1 << 20
+	// maxOps bounds the calls that open files on the share at once
+	// (quotas, making and removing volumes), admitted before they open
+	// any; copies have workers of their own (Config.CopyWorkers).
+	maxOps = 16
 )
 
 // Serve serves agent on l with mutual TLS until ctx ends, letting each
@@ -179,7 +184,7 @@ const (
 func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config, ids Identities) error {
 	l = limitListener(l, maxConns)
 	// Controllers ping during long calls (copies) to notice a host gone.
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)), grpc.UnaryInterceptor(authorize(ids)),
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)), grpc.UnaryInterceptor(authorize(ids, make(chan struct{}, maxOps))),
 		grpc.MaxConcurrentStreams(maxStreams), grpc.MaxRecvMsgSize(maxRequest),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveEvery / 2}),
 		// and the agent pings a quiet controller: a copy whose caller's
@@ -234,8 +239,10 @@ func Dial(endpoint string, cfg *tls.Config) (*Client, func() error, error) {
 	return NewClient(conn), conn.Close, nil
 }
 
-// authorize refuses a call whose caller's role may not call its method.
-func authorize(ids Identities) grpc.UnaryServerInterceptor {
+// authorize refuses a call whose caller's role may not call its method,
+// and admits one that opens files on the share only when one of ops is
+// free.
+func authorize(ids Identities, ops chan struct{}) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 		role, who := NoRole, "a caller without a certificate"
 		if p, ok := peer.FromContext(ctx); ok {
@@ -247,6 +254,16 @@ func authorize(ids Identities) grpc.UnaryServerInterceptor {
 			err := fault.New(fault.PermissionDenied, "%s (role %s) may not call %s", who, role, info.FullMethod)
 			klog.Warningf("refused: %v", err)
 			return nil, grpcstatus.Of(err)
+		}
+		switch info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:] {
+		case "Copy", "CopyProgress", "Probe":
+		default:
+			select {
+			case ops <- struct{}{}:
+				defer func() { <-ops }()
+			case <-ctx.Done():
+				return nil, grpcstatus.Of(fault.Wrap(fault.Unavailable, ctx.Err(), "waiting for the agent's other calls"))
+			}
 		}
 		return next(ctx, req)
 	}
