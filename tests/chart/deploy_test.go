@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -12,9 +13,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/quotaagent"
 )
 
 // TestManifestsMatchChart fails when deploy/nfsdir.yaml drifts from the
@@ -88,6 +91,8 @@ func TestExamples(t *testing.T) {
 				strictDecode(t, []byte(doc), &d)
 			case "Service":
 				strictDecode(t, []byte(doc), &corev1.Service{})
+			case "Certificate":
+				checkCertificate(t, f, []byte(doc))
 			default:
 				t.Errorf("%s: unexpected kind %s", f, meta.Kind)
 			}
@@ -182,5 +187,42 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !strings.Contains(string(script), "sbin/mount.nfs bin/mount bin/umount") {
 		t.Error("the root file system script no longer copies mount.nfs, mount and umount")
+	}
+}
+
+// certificate is the part of a cert-manager Certificate the examples use.
+type certificate struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		SecretName string `json:"secretName"`
+		IssuerRef  struct {
+			Kind, Name string
+		} `json:"issuerRef"`
+		PrivateKey struct {
+			Algorithm      string `json:"algorithm"`
+			Size           int    `json:"size"`
+			RotationPolicy string `json:"rotationPolicy"`
+		} `json:"privateKey"`
+		Usages     []string `json:"usages"`
+		CommonName string   `json:"commonName"`
+		DNSNames   []string `json:"dnsNames"`
+		URIs       []string `json:"uris"`
+	} `json:"spec"`
+}
+
+// checkCertificate checks that an example Certificate is pinned to a role
+// as the agent and the controller expect by default: the agents' identity
+// with server authentication, or the controller's with client
+// authentication.
+func checkCertificate(t *testing.T, f string, doc []byte) {
+	t.Helper()
+	var c certificate
+	strictDecode(t, doc, &c)
+	want := map[string]string{quotaagent.DefaultAgentIdentity: "server auth", quotaagent.DefaultControllerIdentity: "client auth"}
+	if c.APIVersion != "cert-manager.io/v1" || len(c.Spec.URIs) != 1 || want[c.Spec.URIs[0]] == "" ||
+		!slices.Contains(c.Spec.Usages, want[c.Spec.URIs[0]]) || c.Spec.SecretName == "" {
+		t.Errorf("%s: Certificate %s: identities %v, usages %v: want one of %v with its usage", f, c.Metadata.Name, c.Spec.URIs, c.Spec.Usages, want)
 	}
 }
