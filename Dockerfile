@@ -9,7 +9,7 @@
 FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
 ARG TARGETOS
 ARG TARGETARCH
-ARG VERSION=v0.0.0-dev
+ARG VERSION=v0.1.0
 ARG COMMIT=unknown
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -31,6 +31,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 FROM scratch
+ARG VERSION=v0.1.0
+LABEL org.opencontainers.image.title="nfsdir" \
+      org.opencontainers.image.description="CSI driver that turns one NFS export into many volumes" \
+      org.opencontainers.image.source="https://github.com/nfsdir/nfsdir" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
 COPY --from=rootfs /rootfs/ /
 COPY --from=build /out/nfsdir /nfsdir
 ENTRYPOINT ["/nfsdir"]

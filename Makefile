@@ -1,7 +1,10 @@
 # nfsdir build and test entry points. `make test` is what CI runs.
 SHELL := /bin/bash
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+# The release is the chart's appVersion (CHANGELOG.md; tests/chart
+# TestVersionsAgree); the commit tells builds apart.
+APP_VERSION := $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/nfsdir/Chart.yaml)
+VERSION ?= v$(APP_VERSION)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/nfsdir/nfsdir/pkg/version.Version=$(VERSION) -X github.com/nfsdir/nfsdir/pkg/version.Commit=$(COMMIT)
 LAB := $(CURDIR)/tests/nfsvm/run.sh
@@ -295,9 +298,9 @@ manifests: $(HELM)
 IMAGE ?= ghcr.io/nfsdir/nfsdir
 PLATFORMS ?= linux/amd64,linux/arm64
 image:
-	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION) .
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(APP_VERSION) .
 push:
-	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION) --push .
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(APP_VERSION) --push .
 
 clean:
 	rm -rf bin

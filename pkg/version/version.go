@@ -4,7 +4,7 @@ package version
 
 // Set at build time.
 var (
-	Version = "v0.0.0-dev"
+	Version = "v0.1.0"
 	Commit  = "unknown"
 )
 
