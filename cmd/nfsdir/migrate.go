@@ -42,8 +42,8 @@ func parseMigrate(args []string) (migrateArgs, error) {
 	fs.StringSliceVar(&a.pvs, "pv", nil, "only these PVs (repeatable or comma separated)")
 	fs.StringSliceVar(&a.namespaces, "namespace", nil, "only PVs bound to claims in these namespaces")
 	fs.StringVarP(&a.selector, "selector", "l", "", "only PVs with these labels (a label selector)")
-	fs.BoolVar(&a.apply, "apply", false, "carry the plan out (default: print it and change nothing)")
-	fs.BoolVar(&a.rollback, "rollback", false, "restore the PVs an earlier --apply saved and release their directories")
+	fs.BoolVar(&a.apply, "apply", false, "carry the plan, or with --rollback the rollback, out (default: print it and change nothing)")
+	fs.BoolVar(&a.rollback, "rollback", false, "restore the PVs an earlier --apply saved and release their directories (with --apply; without it, say what would be restored)")
 	fs.StringVar(&a.stateNS, "state-namespace", "kube-system", "namespace of the ConfigMaps that keep the saved PVs")
 	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "directory for this run's share mounts (below migrate/<pid>) and the controller's long mount options")
 	fs.DurationVar(&a.mountTimeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting a share may take")
@@ -53,9 +53,6 @@ func parseMigrate(args []string) (migrateArgs, error) {
 	}
 	if a.from != migrate.FromCSIDriverNFS && a.from != migrate.FromNFSSubdir {
 		return a, fmt.Errorf("--from %q: want %s or %s", a.from, migrate.FromCSIDriverNFS, migrate.FromNFSSubdir)
-	}
-	if a.apply && a.rollback {
-		return a, fmt.Errorf("--apply and --rollback exclude each other")
 	}
 	if fs.NArg() > 0 {
 		return a, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -92,10 +89,15 @@ func runMigrate(args []string, out io.Writer) error {
 		return err
 	}
 	defer closeShares()
-	o := migrate.Options{Namespace: a.stateNS, Driver: a.driver, Wait: a.wait, Log: out}
+	o := migrate.Options{Namespace: a.stateNS, Driver: a.driver, Wait: a.wait, Log: out, DryRun: !a.apply}
 	if a.rollback {
 		res, err := migrate.Rollback(ctx, kube, sh, a.from, func(pv string) bool { return len(a.pvs) == 0 || slices.Contains(a.pvs, pv) }, o)
 		if err != nil {
+			return err
+		}
+		if o.DryRun {
+			err := summary(out, "can be rolled back", res)
+			fmt.Fprintln(out, "Nothing changed: run again with --rollback --apply to carry the rollback out.")
 			return err
 		}
 		return summary(out, "rolled back", res)

@@ -56,6 +56,8 @@ type Options struct {
 	Wait time.Duration
 	// Log gets one line per step.
 	Log io.Writer
+	// DryRun has Rollback say what it would do, and do nothing.
+	DryRun bool
 }
 
 // Keys of a saved PV's ConfigMap.
@@ -113,7 +115,7 @@ func Apply(ctx context.Context, kube API, sh Shares, plan Plan, o Options) []Res
 }
 
 func (r runner) apply(ctx context.Context, from string, it Item) error {
-	saved, err := r.save(ctx, from, it)
+	saved, digest, err := r.save(ctx, from, it)
 	if err != nil {
 		return err
 	}
@@ -122,8 +124,13 @@ func (r runner) apply(ctx context.Context, from string, it Item) error {
 		return err
 	}
 	old := pv != nil && pv.UID == saved.UID
-	if old && pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
-		if err := r.patchPV(ctx, pv, `{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`); err != nil {
+	if old && (pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain || pv.Annotations[AnnSaved] != digest) {
+		patch := map[string]any{
+			"metadata": map[string]any{"annotations": map[string]string{AnnSaved: digest}},
+			"spec":     map[string]any{"persistentVolumeReclaimPolicy": corev1.PersistentVolumeReclaimRetain},
+		}
+		b, _ := json.Marshal(patch)
+		if err := r.patchPV(ctx, pv, string(b)); err != nil {
 			return fmt.Errorf("set reclaim policy Retain: %w", err)
 		}
 		r.logf("%s: reclaim policy Retain", it.PV)
@@ -159,6 +166,7 @@ func (r runner) apply(ctx context.Context, from string, it Item) error {
 		return r.waitBound(ctx, it.PV, saved)
 	}
 	np := replacement(saved, from, r.o.Driver, id, attrs)
+	np.Annotations[AnnSaved] = digest
 	if err := r.kube.CreatePV(ctx, np); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the nfsdir PV: %w (the old one is saved in ConfigMap %s/%s; rerun to retry, or --rollback)", err, r.o.Namespace, savedName(it.PV))
 	}
@@ -222,7 +230,10 @@ func replacement(old *corev1.PersistentVolume, from, driver, id string, attrs ma
 
 // Rollback restores the PVs saved by Apply whose names accept takes (all
 // when nil) and releases their adopted directories. Like Apply, it can be
-// run again after an interruption.
+// run again after an interruption. A saved copy is restored only when the
+// PV now in its place (the one Apply kept or made) carries its digest: a
+// ConfigMap nfsdir did not write is refused, whoever could write it. With
+// o.DryRun it says what it would do.
 func Rollback(ctx context.Context, kube API, sh Shares, from string, accept func(pv string) bool, o Options) ([]Result, error) {
 	r := runner{kube, sh, o}
 	cms, err := kube.ConfigMaps(ctx, o.Namespace, LabelMigration+"="+from)
@@ -236,7 +247,7 @@ func Rollback(ctx context.Context, kube API, sh Shares, from string, accept func
 			continue
 		}
 		if err == nil {
-			err = r.rollback(ctx, from, saved, it)
+			err = r.rollback(ctx, from, saved, it, digestOf(&cms[i]))
 		}
 		name := cms[i].Name
 		if saved != nil {
@@ -250,34 +261,45 @@ func Rollback(ctx context.Context, kube API, sh Shares, from string, accept func
 	return out, nil
 }
 
-func (r runner) rollback(ctx context.Context, from string, saved *corev1.PersistentVolume, it Item) error {
+func (r runner) rollback(ctx context.Context, from string, saved *corev1.PersistentVolume, it Item, digest string) error {
 	pv, err := r.getPV(ctx, saved.Name)
 	if err != nil {
 		return err
 	}
 	switch {
-	case pv != nil && pv.UID == saved.UID:
+	case pv == nil:
+		return fmt.Errorf("PV %s does not exist, so nothing vouches for its saved copy in ConfigMap %s/%s; finish the migration first (run it again with --apply), then roll back", saved.Name, r.o.Namespace, savedName(saved.Name))
+	case pv.Annotations[AnnSaved] != digest:
+		return fmt.Errorf("ConfigMap %s/%s is not the copy of PV %s that nfsdir saved (the PV's %s annotation does not match it); left alone", r.o.Namespace, savedName(saved.Name), saved.Name, AnnSaved)
+	case r.o.DryRun:
+		src := "its saved spec"
+		if s := saved.Spec; s.CSI != nil {
+			src = fmt.Sprintf("driver %s, handle %s", s.CSI.Driver, s.CSI.VolumeHandle)
+		} else if s.NFS != nil {
+			src = fmt.Sprintf("NFS %s:%s", s.NFS.Server, s.NFS.Path)
+		}
+		r.logf("%s: would restore the saved PV (%s, reclaim policy %s) and release %s", saved.Name, src, saved.Spec.PersistentVolumeReclaimPolicy, it.Share.Export.Source(it.SubDir))
+		return nil
+	case pv.UID == saved.UID:
 		// Kept (drop-in), or not replaced yet: put the policy back.
 		patch := map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{AnnMigratedFrom: nil}},
+			"metadata": map[string]any{"annotations": map[string]any{AnnMigratedFrom: nil, AnnSaved: nil}},
 			"spec":     map[string]any{"persistentVolumeReclaimPolicy": saved.Spec.PersistentVolumeReclaimPolicy},
 		}
 		b, _ := json.Marshal(patch)
 		if err := r.patchPV(ctx, pv, string(b)); err != nil {
 			return err
 		}
-	case pv != nil && pv.Annotations[AnnMigratedFrom] != from:
+	case pv.Annotations[AnnMigratedFrom] != from:
 		return fmt.Errorf("PV %s is neither the saved one nor the nfsdir PV that replaced it; left alone", saved.Name)
 	default:
-		if pv != nil {
-			if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
-				if err := r.patchPV(ctx, pv, `{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`); err != nil {
-					return err
-				}
-			}
-			if err := r.deletePV(ctx, pv); err != nil {
+		if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+			if err := r.patchPV(ctx, pv, `{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`); err != nil {
 				return err
 			}
+		}
+		if err := r.deletePV(ctx, pv); err != nil {
+			return err
 		}
 		restored := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: saved.Name, Labels: saved.Labels, Annotations: saved.Annotations},
 			Spec: *saved.Spec.DeepCopy()}
@@ -308,27 +330,54 @@ func savedName(pv string) string {
 
 // save keeps the PV of it in its ConfigMap, once, and returns the saved
 // PV: the original, whatever happened to the live object since.
-func (r runner) save(ctx context.Context, from string, it Item) (*corev1.PersistentVolume, error) {
+func (r runner) save(ctx context.Context, from string, it Item) (*corev1.PersistentVolume, string, error) {
 	cm, err := r.kube.ConfigMap(ctx, r.o.Namespace, savedName(it.PV))
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	pv, err := r.kube.PV(ctx, it.PV)
+	if err != nil {
+		return nil, "", fmt.Errorf("read PV %s: %w", it.PV, err)
+	}
+	var want *corev1.ConfigMap // the copy of the PV as it is, while it is
+	if pv != nil {
+		if want, err = savedCopy(pv, it, from, r.o.Namespace); err != nil {
+			return nil, "", err
+		}
 	}
 	if cm != nil {
 		saved, _, err := decodeSaved(cm)
 		if err == nil && saved.Name != it.PV {
 			err = fmt.Errorf("ConfigMap %s/%s holds PV %s", r.o.Namespace, cm.Name, saved.Name)
 		}
-		return saved, err
+		// While the PV it saved is there, the copy must be the one that
+		// PV vouches for (a resumed run) or, before it vouched for any,
+		// the PV as it is: else nfsdir did not write it.
+		if err == nil && want != nil && pv.UID == saved.UID {
+			vouched := pv.Annotations[AnnSaved]
+			if (vouched != "" && vouched != digestOf(cm)) || (vouched == "" && digestOf(cm) != digestOf(want)) {
+				err = fmt.Errorf("ConfigMap %s/%s is not the copy of PV %s that nfsdir saved; delete it and run again", r.o.Namespace, cm.Name, it.PV)
+			}
+		}
+		return saved, digestOf(cm), err
 	}
-	pv, err := r.kube.PV(ctx, it.PV)
-	if err != nil {
-		return nil, fmt.Errorf("read PV %s: %w", it.PV, err)
+	if want == nil {
+		return nil, "", fmt.Errorf("read PV %s: it does not exist", it.PV)
 	}
-	if pv == nil {
-		return nil, fmt.Errorf("read PV %s: it does not exist", it.PV)
+	if err := r.kube.CreateConfigMap(ctx, want); err != nil {
+		return nil, "", fmt.Errorf("save PV in ConfigMap %s/%s: %w", r.o.Namespace, want.Name, err)
 	}
+	r.logf("%s: saved in ConfigMap %s/%s", it.PV, r.o.Namespace, want.Name)
+	saved, _, err := decodeSaved(want)
+	return saved, digestOf(want), err
+}
+
+// savedCopy is the ConfigMap that saves pv (without its status and
+// server-side fields) and the plan's item for it.
+func savedCopy(pv *corev1.PersistentVolume, it Item, from, ns string) (*corev1.ConfigMap, error) {
 	keep := pv.DeepCopy()
 	keep.ManagedFields, keep.ResourceVersion, keep.Status = nil, "", corev1.PersistentVolumeStatus{}
+	delete(keep.Annotations, AnnSaved)
 	pvJSON, err := json.Marshal(keep)
 	if err != nil {
 		return nil, err
@@ -337,17 +386,21 @@ func (r runner) save(ctx context.Context, from string, it Item) (*corev1.Persist
 	if err != nil {
 		return nil, err
 	}
-	cm = &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: savedName(it.PV), Namespace: r.o.Namespace,
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: savedName(it.PV), Namespace: ns,
 			Labels:      map[string]string{LabelMigration: from},
 			Annotations: map[string]string{"nfsdir.csi.io/pv": it.PV}},
 		Data: map[string]string{keyPV: string(pvJSON), keyItem: string(itemJSON)},
-	}
-	if err := r.kube.CreateConfigMap(ctx, cm); err != nil {
-		return nil, fmt.Errorf("save PV in ConfigMap %s/%s: %w", r.o.Namespace, cm.Name, err)
-	}
-	r.logf("%s: saved in ConfigMap %s/%s", it.PV, r.o.Namespace, cm.Name)
-	return keep, nil
+	}, nil
+}
+
+// digestOf is the digest of a saved PV's ConfigMap: its two keys' data.
+func digestOf(cm *corev1.ConfigMap) string {
+	h := sha256.New()
+	h.Write([]byte(cm.Data[keyPV]))
+	h.Write([]byte{0})
+	h.Write([]byte(cm.Data[keyItem]))
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 func decodeSaved(cm *corev1.ConfigMap) (*corev1.PersistentVolume, Item, error) {

@@ -262,3 +262,107 @@ func TestVetAndResume(t *testing.T) {
 		t.Errorf("resumed plan %+v, %v", resumed.Items, err)
 	}
 }
+
+// forge replaces the saved copy of pv-1 with one whose PV mounts the
+// node's root through hostPath, as whoever can write ConfigMaps in the
+// state namespace could.
+func forge(t *testing.T, kube *kubeapi.Client) {
+	t.Helper()
+	cms, err := kube.ConfigMaps(ctx, "kube-system", migrate.LabelMigration)
+	if err != nil || len(cms) != 1 {
+		t.Fatalf("saved copies: %v, %v", cms, err)
+	}
+	forged := cms[0].DeepCopy()
+	forged.ResourceVersion, forged.UID = "", ""
+	forged.Data["pv.json"] = strings.Replace(forged.Data["pv.json"], `"nfs":{"server":"192.0.2.10","path":"/srv/team-data-pv-1"}`, `"hostPath":{"path":"/"}`, 1)
+	if forged.Data["pv.json"] == cms[0].Data["pv.json"] {
+		t.Fatalf("nothing forged in %s", forged.Data["pv.json"])
+	}
+	if err := kube.DeleteConfigMap(ctx, "kube-system", forged.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.CreateConfigMap(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A rollback restores only the saved copy the PV in its place vouches
+// for: a forged ConfigMap is refused and nothing changes; a dry run
+// changes nothing either; the genuine copy is restored.
+func TestRollbackRestoresOnlyWhatNfsdirSaved(t *testing.T) {
+	pv, claim := subdirObjects()
+	d := kubeapitest.Dynamic(t, pv, claim)
+	bindOnCreate(d)
+	kube := kubeapi.New(d)
+	sh := &fakeShares{}
+	plan := migrate.Plan{From: migrate.FromNFSSubdir, Items: []migrate.Item{replaceItem}}
+	if res := migrate.Apply(ctx, kube, sh, plan, opts()); len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("Apply = %+v", res)
+	}
+	genuine, _ := kube.ConfigMaps(ctx, "kube-system", migrate.LabelMigration)
+	forge(t, kube)
+	res, err := migrate.Rollback(ctx, kube, sh, migrate.FromNFSSubdir, nil, opts())
+	if err != nil || len(res) != 1 || res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "is not the copy") {
+		t.Errorf("Rollback of a forged copy = %+v, %v", res, err)
+	}
+	if now, _ := kube.PV(ctx, "pv-1"); now == nil || now.Spec.CSI == nil || now.Spec.HostPath != nil || len(sh.released) != 0 {
+		t.Fatalf("after the refused rollback: PV %+v, released %v", now, sh.released)
+	}
+
+	// The genuine copy back: a dry run says what it would do, and does
+	// nothing.
+	if err := kube.DeleteConfigMap(ctx, "kube-system", genuine[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	genuine[0].ResourceVersion, genuine[0].UID = "", ""
+	if err := kube.CreateConfigMap(ctx, &genuine[0]); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	dry := opts()
+	dry.DryRun, dry.Log = true, &log
+	if res, err := migrate.Rollback(ctx, kube, sh, migrate.FromNFSSubdir, nil, dry); err != nil || len(res) != 1 || res[0].Err != nil ||
+		!strings.Contains(log.String(), "would restore the saved PV (NFS 192.0.2.10:/srv/team-data-pv-1") {
+		t.Errorf("dry run = %+v, %v:\n%s", res, err, log.String())
+	}
+	if now, _ := kube.PV(ctx, "pv-1"); now == nil || now.Spec.CSI == nil || len(sh.released) != 0 {
+		t.Fatalf("after the dry run: PV %+v, released %v", now, sh.released)
+	}
+	if res, err := migrate.Rollback(ctx, kube, sh, migrate.FromNFSSubdir, nil, opts()); err != nil || len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("Rollback = %+v, %v", res, err)
+	}
+	if back, _ := kube.PV(ctx, "pv-1"); back == nil || back.Spec.NFS == nil || back.Spec.HostPath != nil {
+		t.Errorf("restored PV: %+v", back)
+	}
+}
+
+// A migration resumed with a copy nfsdir did not write, while the PV it
+// claims to save is still there, stops before changing the PV.
+func TestApplyRefusesAForgedCopyOfALivePV(t *testing.T) {
+	pv, claim := subdirObjects()
+	d := kubeapitest.Dynamic(t, pv, claim)
+	bindOnCreate(d)
+	kube := kubeapi.New(d)
+	sh := &fakeShares{}
+	plan := migrate.Plan{From: migrate.FromNFSSubdir, Items: []migrate.Item{replaceItem}}
+	// The copy nfsdir would write, planted beforehand and forged.
+	failed := false
+	d.PrependReactor("patch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !failed {
+			failed = true
+			return true, nil, errors.New("apiserver went away")
+		}
+		return false, nil, nil
+	})
+	if res := migrate.Apply(ctx, kube, sh, plan, opts()); len(res) != 1 || res[0].Err == nil {
+		t.Fatalf("interrupted Apply = %+v", res)
+	}
+	forge(t, kube)
+	res := migrate.Apply(ctx, kube, sh, plan, opts())
+	if len(res) != 1 || res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "is not the copy") {
+		t.Errorf("Apply with a forged copy = %+v", res)
+	}
+	if now, _ := kube.PV(ctx, "pv-1"); now == nil || now.Spec.NFS == nil || now.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || len(sh.adopted) != 0 {
+		t.Errorf("the PV was changed: %+v, adopted %v", now, sh.adopted)
+	}
+}

@@ -38,11 +38,15 @@ const (
 // and the provisioned-by annotation nfs-subdir-external-provisioner writes
 // with its default provisioner name.
 const (
-	CSIDriverNFSName   = "nfs.csi.k8s.io"
-	NFSSubdirName      = "k8s-sigs.io/nfs-subdir-external-provisioner"
-	AnnProvisionedBy   = "pv.kubernetes.io/provisioned-by"
-	AnnProvisionedBy2  = "volume.kubernetes.io/provisioned-by"
-	AnnMigratedFrom    = "nfsdir.csi.io/migrated-from"
+	CSIDriverNFSName  = "nfs.csi.k8s.io"
+	NFSSubdirName     = "k8s-sigs.io/nfs-subdir-external-provisioner"
+	AnnProvisionedBy  = "pv.kubernetes.io/provisioned-by"
+	AnnProvisionedBy2 = "volume.kubernetes.io/provisioned-by"
+	AnnMigratedFrom   = "nfsdir.csi.io/migrated-from"
+	// AnnSaved, on the PV a migration kept or made, is the digest of the
+	// saved copy of the PV it replaced (its ConfigMap's data): a rollback
+	// restores only a saved copy the PV vouches for.
+	AnnSaved           = "nfsdir.csi.io/saved-pv-digest"
 	LabelMigration     = "nfsdir.csi.io/migration"
 	nfsSubdirOnDelete  = "onDelete"
 	nfsSubdirArchiveOn = "archiveOnDelete"

@@ -1007,8 +1007,16 @@ func (c *cluster) migrateFromNFSSubdir() {
 	if seen, err := os.ReadFile(filepath.Join(dir, "seen-by-migrated-reader")); err != nil || strings.TrimSpace(string(seen)) != lines[len(lines)-1] {
 		c.t.Errorf("the new pod saw last line %q, the writer wrote %q (%v)", seen, lines[len(lines)-1], err)
 	}
-	// --rollback of the second PV: the saved nfs-subdir PV is back.
+	// --rollback alone says what it would restore and changes nothing.
 	out = c.migrate("--from=nfs-subdir-external-provisioner", "--rollback", "--pv=pvc-subdir-b")
+	if !strings.Contains(out, "would restore the saved PV (NFS ") || !strings.Contains(out, "1 PVs can be rolled back, 0 failed") {
+		c.t.Fatalf("migrate --rollback without --apply:\n%s", out)
+	}
+	if pvb, err := c.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-subdir-b", metav1GetOptions); err != nil || pvb.Spec.CSI == nil {
+		c.t.Fatalf("the dry run changed the PV: %+v, %v", pvb, err)
+	}
+	// --rollback --apply of the second PV: the saved nfs-subdir PV is back.
+	out = c.migrate("--from=nfs-subdir-external-provisioner", "--rollback", "--apply", "--pv=pvc-subdir-b")
 	if !strings.Contains(out, "1 PVs rolled back, 0 failed") {
 		c.t.Fatalf("migrate --rollback:\n%s", out)
 	}
