@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,6 +120,24 @@ func (v view) close() {
 
 // view opens the records of share's export root: the agent reads them on
 // its side and acts only on what they prove nfsdir's.
+// Redact returns msg with the agent's local directories named by their
+// shares, as callers know them: the server's own layout stays in its log.
+func (a *Agent) Redact(msg string) string {
+	type export struct{ share, local string }
+	var ex []export
+	for share, local := range a.exports {
+		if local != "/" {
+			ex = append(ex, export{share, local})
+		}
+	}
+	// Longest first: an export inside another is named by its own share.
+	slices.SortFunc(ex, func(x, y export) int { return len(y.local) - len(x.local) })
+	for _, e := range ex {
+		msg = strings.ReplaceAll(msg, e.local, "<share "+e.share+">")
+	}
+	return msg
+}
+
 func (a *Agent) view(share string) (string, view, error) {
 	local, ok := a.exports[share]
 	if !ok {

@@ -5,6 +5,9 @@ import (
 	"crypto/x509"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +142,24 @@ func TestControllerPinsTheAgentsIdentity(t *testing.T) {
 	}
 	if err := probe(clientOf(t, pki, pki.Client, agentWith(t, pki, pki.Server, ids))); err != nil {
 		t.Errorf("the agent: %v", err)
+	}
+}
+
+// Errors name the agent's directories by their shares: a caller learns
+// nothing of the server's layout.
+func TestAgentErrorsKeepItsPathsToItself(t *testing.T) {
+	dir := t.TempDir()
+	local := filepath.Join(dir, "srv", "export")
+	if err := os.MkdirAll(local, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: local}}, FirstProject: 1, LastProject: 9})
+	if err := os.RemoveAll(local); err != nil { // the export root is gone: its open fails
+		t.Fatal(err)
+	}
+	_, err := pool.CopyTree(context.Background(), endpoint, provision.RemoteCopy{Share: "/e",
+		Src: provision.CopyDir{SubDir: "a", Token: "abcdefgh"}, Dst: provision.CopyDir{SubDir: "b", Token: "abcdefgh"}})
+	if err == nil || strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "<share /e>") {
+		t.Errorf("the agent's error: %v; want its directory named as share /e, not %s", err, local)
 	}
 }

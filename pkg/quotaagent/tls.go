@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
@@ -184,7 +185,11 @@ const (
 func Serve(ctx context.Context, l net.Listener, agent Service, cfg *tls.Config, ids Identities) error {
 	l = limitListener(l, maxConns)
 	// Controllers ping during long calls (copies) to notice a host gone.
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)), grpc.UnaryInterceptor(authorize(ids, make(chan struct{}, maxOps))),
+	redact := func(s string) string { return s }
+	if r, ok := agent.(interface{ Redact(string) string }); ok {
+		redact = r.Redact
+	}
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)), grpc.UnaryInterceptor(authorize(ids, make(chan struct{}, maxOps), redact)),
 		grpc.MaxConcurrentStreams(maxStreams), grpc.MaxRecvMsgSize(maxRequest),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveEvery / 2}),
 		// and the agent pings a quiet controller: a copy whose caller's
@@ -240,9 +245,10 @@ func Dial(endpoint string, cfg *tls.Config) (*Client, func() error, error) {
 }
 
 // authorize refuses a call whose caller's role may not call its method,
-// and admits one that opens files on the share only when one of ops is
-// free.
-func authorize(ids Identities, ops chan struct{}) grpc.UnaryServerInterceptor {
+// admits one that opens files on the share only when one of ops is free,
+// and passes its error's message through redact (the server's own paths
+// stay in its log).
+func authorize(ids Identities, ops chan struct{}, redact func(string) string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 		role, who := NoRole, "a caller without a certificate"
 		if p, ok := peer.FromContext(ctx); ok {
@@ -265,7 +271,11 @@ func authorize(ids Identities, ops chan struct{}) grpc.UnaryServerInterceptor {
 				return nil, grpcstatus.Of(fault.Wrap(fault.Unavailable, ctx.Err(), "waiting for the agent's other calls"))
 			}
 		}
-		return next(ctx, req)
+		resp, err := next(ctx, req)
+		if st, ok := status.FromError(err); ok && err != nil {
+			err = status.Error(st.Code(), redact(st.Message()))
+		}
+		return resp, err
 	}
 }
 
