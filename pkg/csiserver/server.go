@@ -101,6 +101,8 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.metrics.Counter("nfsdir_copies_completed_total", "Snapshot, restore and clone copies completed.", func() float64 { return float64(set.Copies().Completed) })
 		d.metrics.Counter("nfsdir_copies_failed_total", "Copy attempts that failed (retried; see the log).", func() float64 { return float64(set.Copies().Failed) })
 		d.metrics.Counter("nfsdir_abandoned_volumes_discarded_total", "Volumes made from a snapshot or volume, never handed out, that CreateVolume stopped asking for (--abandon-after) and that were discarded.", func() float64 { return float64(set.AbandonedVolumes()) })
+		d.metrics.Gauge("nfsdir_copies_running_entries", "Entries the running copies have looked at so far (archive entries, for restores of csi-driver-nfs snapshots).", func() float64 { return float64(set.Copies().RunningEntries) })
+		d.metrics.Gauge("nfsdir_copies_running_bytes", "Bytes of file data the running copies have written so far.", func() float64 { return float64(set.Copies().RunningBytes) })
 		d.metrics.Counter("nfsdir_copied_bytes_total", "File data copied by snapshots, restores and clones (holes not counted).", func() float64 { return float64(set.Copies().Bytes) })
 		d.metrics.CounterByLabel("nfsdir_copied_files_total", "Regular files copied by snapshots, restores and clones, by how their data was copied: clone (FICLONE, NFSv4.2 CLONE), copy_file_range (NFSv4.2 COPY: on the server) or read_write (through this controller).", "method", func() map[string]float64 {
 			st := set.Copies()

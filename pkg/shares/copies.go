@@ -195,6 +195,10 @@ type CopyStats struct {
 	Running, Completed, Failed int64
 	Bytes                      int64
 	ByMethod                   [3]int64 // files, by treecopy.Method
+	// RunningEntries and RunningBytes are how far the attempts running
+	// now have come, together: entries looked at (archive entries, for a
+	// restore) and bytes of file data written.
+	RunningEntries, RunningBytes int64
 }
 
 // Copies returns the copies' figures.
@@ -203,6 +207,14 @@ func (s *Set) Copies() CopyStats {
 	st := CopyStats{Running: cp.running.Load(), Completed: cp.completed.Load(), Failed: cp.failed.Load(), Bytes: cp.bytes.Load()}
 	for m := range st.ByMethod {
 		st.ByMethod[m] = cp.byMethod[m].Load()
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, j := range cp.jobs {
+		if j.running {
+			st.RunningEntries += j.progress.Entries.Load()
+			st.RunningBytes += j.progress.Bytes.Load()
+		}
 	}
 	return st
 }

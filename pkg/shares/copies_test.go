@@ -37,3 +37,30 @@ func TestFailedCopiesAreForgottenWithTheirSubject(t *testing.T) {
 	}
 	s.wg.Wait()
 }
+
+// The running copies' progress is in the figures while they run, and
+// gone once they end.
+func TestRunningCopiesReportTheirProgress(t *testing.T) {
+	s := &Set{copies: newCopies(Copying{MinBackoff: time.Hour})}
+	s.bg, s.stop = context.WithCancel(context.Background())
+	defer s.stop()
+	id := volumeid.ID{Key: volumeid.KeyForDir("v"), Token: "aaaaaaaa"}
+	halfway, finish := make(chan struct{}), make(chan struct{})
+	run := func(_ context.Context, c treecopy.Copier) (treecopy.Result, error) {
+		c.Progress.Entries.Add(3)
+		c.Progress.Bytes.Add(4096)
+		close(halfway)
+		<-finish
+		return treecopy.Result{}, nil
+	}
+	s.ensure(&Share{}, fillJob(id), run, 0)
+	<-halfway
+	if st := s.Copies(); st.Running != 1 || st.RunningEntries != 3 || st.RunningBytes != 4096 {
+		t.Errorf("while it runs: %+v", st)
+	}
+	close(finish)
+	s.wg.Wait()
+	if st := s.Copies(); st.Running != 0 || st.RunningEntries != 0 || st.RunningBytes != 0 {
+		t.Errorf("after it ended: %+v", st)
+	}
+}
