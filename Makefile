@@ -42,14 +42,17 @@ build:
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run and
 ## the real node-driver-registrar and livenessprobe), short fuzzing, the real-NFS lab tests
 ## (csi-sanity and e2e in the qemu guest), the Kubernetes end-to-end scenarios on one node
-## with Kubernetes' own storage suite on the same cluster, one spec of each kind
-## (make e2e; tests/k8s quickSpecs; `make e2e-storage` alone runs all of them), and the
-## scenarios and storage-suite specs on two nodes (make e2e-multinode). The stages run
-## one after another (tests/stages); it ends with a table of them (seconds, result,
-## what passed and failed), also written to _output/test-timings.json.
-TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode
+## (make e2e) and on two (make e2e-multinode), and Kubernetes' own storage suite
+## (make e2e-storage) with one spec of each kind (tests/k8s quickSpecs); `make e2e-storage`
+## alone runs all of them. The stages run one after another (tests/stages); it ends with
+## a table of them (seconds, result, what passed and failed), also written to
+## _output/test-timings.json.
+TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode e2e-storage
+# make test leaves out the two storage-suite specs across nodes, which
+# make e2e-multinode runs.
+TEST_MULTINODE_RUN := TestDriverOnTwoNodes/(ReadWriteManyAcrossNodes|LocksAcrossNodes|ReadWriteOncePodAcrossNodes|ReadWriteOnceAcrossNodes|NodeKilledWithAVolume)
 test:
-	$(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
+	E2E_STORAGE_QUICK=1 MULTINODE_RUN='$(TEST_MULTINODE_RUN)' $(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
 
 ## test-quick: the day-to-day subset (a few minutes): the checks, the unit tests, a fuzz
 ## smoke of every target (FUZZ_SMOKE executions each) and csi-sanity against the kernel NFS
@@ -223,12 +226,9 @@ e2e-smoke: lab-image lab-images
 ## e2e: the Kubernetes end-to-end lab. A single-node cluster (etcd, kube-apiserver,
 ## controller-manager, scheduler, containerd with CRI and the CNI bridge, kubelet) in the
 ## lab guest, an NFS server pod, nfsdir installed with `helm install` of charts/nfsdir
-## (image overrides only), and the workload scenarios of tests/k8s/driver_test.go, among
-## them Kubernetes' storage suite (StorageSuite: one spec of each kind, tests/k8s
-## quickSpecs, within E2E_SUITE_MINUTES; its report lands in bin/e2e-out).
+## (image overrides only), and the workload scenarios of tests/k8s/driver_test.go.
 E2E_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
 E2E_RUN ?= TestDriverOnKubernetes
-E2E_SUITE_MINUTES ?= 25
 # The cluster keeps both vCPUs busy: multi-threaded TCG brought the driver up in
 # 121 s instead of 178-316 s. 6 GiB: containerd keeps a copy of each
 # container's image below /tmp (a tmpfs of half the guest's memory), and
@@ -250,20 +250,16 @@ define e2e-payload
 	cp bin/images/*.tar $(1)/images/
 endef
 e2e: lab-image $(HELM)
-	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(call e2e-payload,bin/e2e)
-	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e/
-	rm -rf bin/e2e-out
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-out $(E2E_ENV) NFSDIR_E2E_K8S=1 \
-		NFSDIR_E2E_MINUTES=$(E2E_SUITE_MINUTES) NFSDIR_E2E_QUICK=1 NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_SUITE_MINUTES) + 45) * 60 )) \
-		$(GO) test -count=1 -v -timeout $$(( $(E2E_SUITE_MINUTES) + 50 ))m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
+	rm -f bin/e2e/images/agnhost.tar
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
 
 ## e2e-multinode: a two-node cluster. The first lab guest runs the control plane, node
 ## lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's
 ## socket netdev over UDP on 127.0.0.1) runs lab-node-2 (containerd, kubelet); nfsdir
 ## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run
-## (MULTINODE_RUN picks some: 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)'), among them
-## the storage suite's specs that need two nodes (StorageSuiteAcrossNodes).
+## (MULTINODE_RUN picks some: 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)').
 E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTINODE=1 \
 	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
 MULTINODE_RUN ?= TestDriverOnTwoNodes
@@ -272,15 +268,15 @@ e2e-multinode: lab-image $(HELM)
 	$(call e2e-payload,bin/e2e-multinode)
 	rm -f bin/e2e-multinode/images/agnhost.tar
 	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-multinode/
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=3600 \
-		$(GO) test -count=1 -v -timeout 60m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
-## External Storage tests for nfsdir.csi.io) on a single-node lab cluster of its own, at most
+## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
 ## E2E_STORAGE_MINUTES. The full output and the JUnit report land in bin/e2e-storage-out.
 ## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
 ## how many specs run at once; E2E_STORAGE_QUICK=1 runs only one spec of each kind
-## (tests/k8s quickSpecs; make e2e runs those on its cluster).
+## (tests/k8s quickSpecs; make test does).
 E2E_STORAGE_MINUTES ?= 50
 E2E_STORAGE_QUICK ?= 0
 e2e-storage: lab-image $(HELM)

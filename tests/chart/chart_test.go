@@ -432,7 +432,7 @@ func contains(list []string, s string) bool {
 // or host port.
 func TestTwoReleasesSideBySide(t *testing.T) {
 	a := render(t, "alpha", []string{"driver.name=alpha.nfsdir.csi.io"})
-	b := render(t, "beta", []string{"driver.name=beta.nfsdir.csi.io", "node.healthPort=29663", "node.metricsPort=29665", "node.registrarHealthPort=29669"})
+	b := render(t, "beta", []string{"driver.name=beta.nfsdir.csi.io", "node.healthPort=29663", "node.metricsPort=29665"})
 	for n := range a.names {
 		if b.names[n] > 0 {
 			t.Errorf("both releases render %s", n)
@@ -457,18 +457,13 @@ func TestTwoReleasesSideBySide(t *testing.T) {
 	for _, r := range []*rendered{a, b} {
 		node := container(t, r.daemonSets[0].Spec.Template.Spec, "nfsdir")
 		probe := container(t, r.daemonSets[0].Spec.Template.Spec, "liveness-probe")
-		reg := container(t, r.daemonSets[0].Spec.Template.Spec, "node-driver-registrar")
-		var health, metricsArg, regHealth bool
+		var health, metricsArg bool
 		for _, p := range node.Ports {
 			health = health || (p.Name == "healthz" && contains(probe.Args, fmt.Sprintf("--http-endpoint=[$(POD_IP)]:%d", p.ContainerPort)))
 			metricsArg = metricsArg || (p.Name == "metrics" && contains(node.Args, fmt.Sprintf("--metrics-address=[$(POD_IP)]:%d", p.ContainerPort)))
 		}
-		for _, p := range reg.Ports {
-			regHealth = regHealth || (p.Name == "reg-healthz" && contains(reg.Args, fmt.Sprintf("--http-endpoint=[$(POD_IP)]:%d", p.ContainerPort)) &&
-				reg.LivenessProbe != nil && reg.LivenessProbe.HTTPGet != nil && reg.LivenessProbe.HTTPGet.Port.String() == p.Name)
-		}
-		if !health || !metricsArg || !regHealth {
-			t.Errorf("node ports do not match the args: %+v %v %v; registrar %+v %v", node.Ports, node.Args, probe.Args, reg.Ports, reg.Args)
+		if !health || !metricsArg {
+			t.Errorf("node ports do not match the args: %+v %v %v", node.Ports, node.Args, probe.Args)
 		}
 	}
 }
@@ -496,7 +491,7 @@ func TestNodeHTTPBindsToThePodIP(t *testing.T) {
 		host string
 	}{{nil, "[$(POD_IP)]"}, {[]string{"node.httpBind=all"}, ""}} {
 		spec := render(t, "nfsdir", c.set).daemonSets[0].Spec.Template.Spec
-		for name, arg := range map[string]string{"nfsdir": "--metrics-address=", "liveness-probe": "--http-endpoint=", "node-driver-registrar": "--http-endpoint="} {
+		for name, arg := range map[string]string{"nfsdir": "--metrics-address=", "liveness-probe": "--http-endpoint="} {
 			ct := container(t, spec, name)
 			var addr string
 			for _, a := range ct.Args {

@@ -70,8 +70,6 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"DriverMetrics", (*cluster).driverMetrics},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
-		// After HelmUpgrade, which turns on the inline volumes it declares.
-		{"StorageSuite", (*cluster).storageSuite},
 		{"ControllerRestartsUnderLoad", (*cluster).controllerRestartsUnderLoad},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},

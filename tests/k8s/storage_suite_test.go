@@ -80,33 +80,18 @@ func quickSelection(focus, skip string) (string, string) {
 // TestKubernetesStorageSuite runs Kubernetes' own storage e2e suite
 // (e2e.test of k8s.io/kubernetes v1.35.4 with test/e2e/storage/external)
 // against nfsdir installed with the chart, with the capabilities declared
-// in testdata/storage-e2e-driver.yaml (make e2e-storage: all of its specs
-// on a cluster of its own; make e2e runs the quick ones on the scenarios'
-// cluster, StorageSuite).
+// in testdata/storage-e2e-driver.yaml (make e2e-storage).
 func TestKubernetesStorageSuite(t *testing.T) {
 	if os.Getenv("NFSDIR_LAB") != "1" || os.Getenv("NFSDIR_E2E_STORAGE") != "1" {
 		t.Skip("runs in the lab guest: make e2e-storage")
 	}
 	c := startCluster(t)
-	c.startNFSServer(false)
-	c.installDriver("--set", "feature.enableInlineVolume=true")
-	c.storageSuite()
-}
-
-// storageSuite runs the storage suite's selected specs on a cluster whose
-// driver serves inline volumes: by default every spec of suiteFocus
-// but suiteSkip, the quick ones with NFSDIR_E2E_QUICK=1; NFSDIR_E2E_FOCUS
-// and NFSDIR_E2E_SKIP replace the selection, NFSDIR_E2E_PROCS (3) sets how
-// many run at once and NFSDIR_E2E_MINUTES (50) how long they may take.
-func (c *cluster) storageSuite() {
-	d, err := c.kube.StorageV1().CSIDrivers().Get(context.Background(), driverName, metav1GetOptions)
-	if err != nil || !slices.Contains(d.Spec.VolumeLifecycleModes, "Ephemeral") {
-		c.t.Fatalf("the storage suite's inline volume needs feature.enableInlineVolume (HelmUpgrade turns it on): %v %v", d, err)
-	}
 	c.tagE2EImages()
+	c.startNFSServer(false)
 	// The directory the declared inline ephemeral volume mounts: nfsdir
 	// mounts an inline volume's directory, it never creates one.
-	sh(c.t, "mkdir -p "+filepath.Join(serverDir, inlineDir)+" && chmod 0777 "+filepath.Join(serverDir, inlineDir))
+	sh(t, "mkdir -m 0777 "+filepath.Join(serverDir, inlineDir))
+	c.installDriver("--set", "feature.enableInlineVolume=true")
 
 	focus, skip := suiteFocus, suiteSkip
 	if f := os.Getenv("NFSDIR_E2E_FOCUS"); f != "" {
