@@ -156,7 +156,7 @@ func TestBackgroundMountOptionRefused(t *testing.T) {
 
 // TestSingleWriterIsCheckedPerVolume: two concurrent
 // SINGLE_NODE_SINGLE_WRITER publishes of one volume on different targets
-// never both succeed (issue 11, finding 11).
+// never both succeed.
 func TestSingleWriterIsCheckedPerVolume(t *testing.T) {
 	conn, m := startFake(t)
 	m.MountDelay = 200 * time.Millisecond
@@ -190,7 +190,7 @@ func TestSingleWriterIsCheckedPerVolume(t *testing.T) {
 }
 
 // TestLogsQuoteRequestStrings: a target path or volume ID holding a
-// newline cannot forge a log line (issue 17, finding 12).
+// newline cannot forge a log line.
 func TestLogsQuoteRequestStrings(t *testing.T) {
 	var buf syncBuffer
 	klog.LogToStderr(false)
@@ -234,8 +234,8 @@ func (b *syncBuffer) String() string {
 }
 
 // TestMountPolicy: nosuid and nodev by default, undone by the class's
-// "suid"; a forced option cannot be undone by a later one (issue 17,
-// finding 9: "nosuid,nodev" then "suid,dev" was accepted).
+// "suid"; a forced option cannot be undone by a later one ("nosuid,nodev"
+// then "suid,dev" is refused).
 func TestMountPolicy(t *testing.T) {
 	conn, m, _ := startFakeWith(t, func(c *config.Config) { c.MountForced = "nodev" })
 	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
@@ -268,7 +268,7 @@ func TestMountPolicy(t *testing.T) {
 // TestInlineVolumeRules: CSI inline volumes (attributes chosen by a pod
 // author) come only from the node's allow-list, read-only unless the entry
 // says rw, and may not pass X-mount.* options; no volume of any origin is
-// mounted from inside .nfsdir (issue 11 #13, issue 17 #10).
+// mounted from inside .nfsdir.
 func TestInlineVolumeRules(t *testing.T) {
 	conn, m, _ := startFakeWith(t, func(c *config.Config) {
 		c.InlineAllow, c.InlineAllowSet = "nfs.example:/export/ok=rw,nfs.example:/export/ro", true
@@ -317,7 +317,7 @@ func TestInlineVolumeRules(t *testing.T) {
 
 // TestStatsNeedTheNamedVolume: NodeGetVolumeStats and NodeGetVolumeHealth
 // answer NotFound for a path that carries another volume or lies outside
-// the node's targets, without touching it (issue 17 #11).
+// the node's targets, without touching it.
 func TestStatsNeedTheNamedVolume(t *testing.T) {
 	conn, m := startFake(t)
 	ctl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
@@ -349,8 +349,7 @@ func TestStatsNeedTheNamedVolume(t *testing.T) {
 
 // TestGarbageOptionsInIDAreInvalidArgument: a crafted or corrupted volume
 // ID whose mount option field nfsdir would never have written is
-// InvalidArgument (the provisioner stops retrying), not Unavailable
-// (issue 11, finding 12).
+// InvalidArgument (the provisioner stops retrying), not Unavailable.
 func TestGarbageOptionsInIDAreInvalidArgument(t *testing.T) {
 	conn, _ := startFake(t)
 	ctl := csi.NewControllerClient(conn)
@@ -368,7 +367,7 @@ func TestGarbageOptionsInIDAreInvalidArgument(t *testing.T) {
 // TestHealthAfterRestartReadsKubeletsTargets: without a publish path,
 // NodeGetVolumeHealth of a restarted plugin (nothing in memory) finds the
 // volume's targets from kubelet's vol_data.json and the mount table, and
-// reports a dead one; before, it answered healthy (issue 17 #11).
+// reports a dead one rather than healthy.
 func TestHealthAfterRestartReadsKubeletsTargets(t *testing.T) {
 	kubelet := t.TempDir()
 	conn, m, _ := startFakeWith(t, func(c *config.Config) { c.PublishRoot, c.KubeletDir = "", kubelet })

@@ -301,8 +301,8 @@ func TestAdopt(t *testing.T) {
 		t.Errorf("second adoption: %v", err)
 	}
 	// A directory holding live volumes, exclusive or shared, is refused
-	// (issue 11, finding 6: adopting team-b with onDelete delete, then
-	// deleting it, trashed the live volume team-b/db).
+	// (adopting team-b with onDelete delete, then deleting it, would trash
+	// the live volume team-b/db).
 	if _, err := a.Create(ctx, req("db", "team-b/db", params.Delete)); err != nil {
 		t.Fatal(err)
 	}

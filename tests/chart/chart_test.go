@@ -483,7 +483,7 @@ func TestObjectNames(t *testing.T) {
 
 // TestNodeHTTPBindsToThePodIP: by default the node pods (host network)
 // serve /metrics and /healthz on the pod's IP only, with POD_IP from the
-// downward API in each container that uses it (issue 17 #7); httpBind=all
+// downward API in each container that uses it; httpBind=all
 // binds every address and needs no POD_IP.
 func TestNodeHTTPBindsToThePodIP(t *testing.T) {
 	for _, c := range []struct {

@@ -125,7 +125,7 @@ func TestNodeBackgroundMountRefusedOnRealNFS(t *testing.T) {
 	}
 }
 
-// TestUnpublishDuringOutageLeavesOtherWritersAlone (issue 11, finding 3):
+// TestUnpublishDuringOutageLeavesOtherWritersAlone:
 // a writer (write + fsync in a loop) on a second target of the same volume
 // sees no error while a busy first target is unpublished during a 20 s
 // outage (the server unreachable: a partition, so no server state is
@@ -222,7 +222,7 @@ func TestUnpublishDuringOutageLeavesOtherWritersAlone(t *testing.T) {
 	c.Unpublish(t, v, other)
 }
 
-// TestRepublishDuringOutageKeepsTheMount (issue 17, finding 8): kubelet
+// TestRepublishDuringOutageKeepsTheMount: kubelet
 // re-publishing a volume while its server does not answer (a failover, a
 // partition) gets Unavailable, and the mount the pods use stays; before,
 // the failed health probe made NodePublish unmount it.
@@ -267,7 +267,7 @@ func TestRepublishDuringOutageKeepsTheMount(t *testing.T) {
 // was published (a restart: nothing in memory) reports, without a publish
 // path, the health of the volume's targets kubelet records: healthy, then
 // StaleFileHandle once the directory is replaced on the server. Before,
-// it reported healthy whatever the mount's state (issue 17 #11).
+// it reported healthy whatever the mount's state.
 func TestHealthAfterRestartOnRealNFS(t *testing.T) {
 	kubelet := t.TempDir()
 	layout := func(cfg *config.Config) { cfg.PublishRoot, cfg.KubeletDir = "", kubelet }

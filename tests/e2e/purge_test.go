@@ -65,7 +65,7 @@ func countBelow(dir string) int {
 	return n
 }
 
-// TestPurgeSkipsStuckEntriesAndBacksOff (issue 11, finding 2): three
+// TestPurgeSkipsStuckEntriesAndBacksOff: three
 // deleted volumes each holding one immutable file, with two purge workers.
 // The purges remove everything else, do not spin (CPU measured over 5 s),
 // do not keep a fourth volume from being purged, and finish on their own
@@ -131,7 +131,7 @@ func TestPurgeSkipsStuckEntriesAndBacksOff(t *testing.T) {
 	t.Logf("trash empty %s after the flags were cleared, without a restart", time.Since(start).Round(time.Second))
 }
 
-// TestPurgeOfADeepChainHoldsFewDescriptors (issue 11, finding 2): a tenant
+// TestPurgeOfADeepChainHoldsFewDescriptors: a tenant
 // leaves a chain of 10,000 nested directories (a file at each level) in its
 // volume: far deeper than PATH_MAX allows a path to name, and than the
 // 16 levels the purge descends before it moves the rest up. The purge

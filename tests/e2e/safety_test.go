@@ -23,8 +23,8 @@ import (
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
-// This file holds the lab tests of the second safety review (issue 11)
-// that did not fit an older file.
+// This file holds lab tests of nfsdir's safety rules that fit no other
+// file.
 
 // TestControllerWithEmptyStateDeletesEveryVolume: mount options too long
 // for the volume ID were kept only in the controller's state directory,

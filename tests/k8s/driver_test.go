@@ -781,7 +781,7 @@ func (c *cluster) driverMetrics() {
 
 // nodeHTTPOnThePodIP: the node pods (host network) serve /metrics and
 // /healthz on the node's IP, where kubelet's liveness probe and a scraper
-// reach them, and not on any other address of the node (issue 17 #7);
+// reach them, and not on any other address of the node;
 // no liveness probe of the driver's running pods failed.
 func (c *cluster) nodeHTTPOnThePodIP() {
 	get := httpGet
