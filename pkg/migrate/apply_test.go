@@ -263,6 +263,16 @@ func TestVetAndResume(t *testing.T) {
 	}
 }
 
+// replaceOne is an nfs-subdir PV and its claim in a fake API server that
+// binds PVs as they are made, and the plan that replaces the PV.
+func replaceOne(t *testing.T) (*fake.FakeDynamicClient, *kubeapi.Client, *fakeShares, migrate.Plan) {
+	t.Helper()
+	pv, claim := subdirObjects()
+	d := kubeapitest.Dynamic(t, pv, claim)
+	bindOnCreate(d)
+	return d, kubeapi.New(d), &fakeShares{}, migrate.Plan{From: migrate.FromNFSSubdir, Items: []migrate.Item{replaceItem}}
+}
+
 // forge replaces the saved copy of pv-1 with one whose PV mounts the
 // node's root through hostPath, as whoever can write ConfigMaps in the
 // state namespace could.
@@ -290,12 +300,7 @@ func forge(t *testing.T, kube *kubeapi.Client) {
 // for: a forged ConfigMap is refused and nothing changes; a dry run
 // changes nothing either; the genuine copy is restored.
 func TestRollbackRestoresOnlyWhatNfsdirSaved(t *testing.T) {
-	pv, claim := subdirObjects()
-	d := kubeapitest.Dynamic(t, pv, claim)
-	bindOnCreate(d)
-	kube := kubeapi.New(d)
-	sh := &fakeShares{}
-	plan := migrate.Plan{From: migrate.FromNFSSubdir, Items: []migrate.Item{replaceItem}}
+	_, kube, sh, plan := replaceOne(t)
 	if res := migrate.Apply(ctx, kube, sh, plan, opts()); len(res) != 1 || res[0].Err != nil {
 		t.Fatalf("Apply = %+v", res)
 	}
@@ -339,12 +344,7 @@ func TestRollbackRestoresOnlyWhatNfsdirSaved(t *testing.T) {
 // A migration resumed with a copy nfsdir did not write, while the PV it
 // claims to save is still there, stops before changing the PV.
 func TestApplyRefusesAForgedCopyOfALivePV(t *testing.T) {
-	pv, claim := subdirObjects()
-	d := kubeapitest.Dynamic(t, pv, claim)
-	bindOnCreate(d)
-	kube := kubeapi.New(d)
-	sh := &fakeShares{}
-	plan := migrate.Plan{From: migrate.FromNFSSubdir, Items: []migrate.Item{replaceItem}}
+	d, kube, sh, plan := replaceOne(t)
 	// The copy nfsdir would write, planted beforehand and forged.
 	failed := false
 	d.PrependReactor("patch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {

@@ -40,12 +40,26 @@ var labIDs = quotaagent.Identities{Controllers: []string{quotaagent.DefaultContr
 // its endpoint.
 func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) {
 	t.Helper()
+	pki := lab.NewPKI(t)
+	endpoint := serve(t, cfg, pki, pki.Server, labIDs)
+	pool, err := quotaagent.NewPool(quotaagent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA}, quotaagent.DefaultAgentIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, endpoint
+}
+
+// serve serves an agent with cfg on a loopback port with the server
+// certificate server of pki, pinning ids, until the test ends, and
+// returns its endpoint.
+func serve(t *testing.T, cfg quotaagent.Config, pki lab.PKI, server lab.CertFiles, ids quotaagent.Identities) string {
+	t.Helper()
 	agent, err := quotaagent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pki := lab.NewPKI(t)
-	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA}, labIDs)
+	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: server.Cert, Key: server.Key, CA: pki.CA}, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +69,8 @@ func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go quotaagent.Serve(ctx, l, agent, tlsCfg, labIDs)
-	pool, err := quotaagent.NewPool(quotaagent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA}, quotaagent.DefaultAgentIdentity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, l.Addr().String()
+	go quotaagent.Serve(ctx, l, agent, tlsCfg, ids)
+	return l.Addr().String()
 }
 
 // controllerArea opens nfsdir's metadata area in dir (making it) as a

@@ -21,26 +21,12 @@ import (
 
 var readerURI = &url.URL{Scheme: "urn", Opaque: "nfsdir:reader"}
 
-// agentWith serves an agent (no exports) with the server certificate
-// server of pki, pinning ids, and returns its endpoint.
+// agentWith serves an agent (one export, for copies only)
+// with the server certificate server of pki, pinning ids, and returns its
+// endpoint.
 func agentWith(t *testing.T, pki lab.PKI, server lab.CertFiles, ids quotaagent.Identities) string {
 	t.Helper()
-	agent, err := quotaagent.New(quotaagent.Config{FirstProject: 100, LastProject: 200, CopyExports: []quotaagent.Export{{Share: "/e", Dir: t.TempDir()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: server.Cert, Key: server.Key, CA: pki.CA}, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go quotaagent.Serve(ctx, l, agent, cfg, ids)
-	return l.Addr().String()
+	return serve(t, quotaagent.Config{FirstProject: 100, LastProject: 200, CopyExports: []quotaagent.Export{{Share: "/e", Dir: t.TempDir()}}}, pki, server, ids)
 }
 
 // clientOf dials endpoint with the client certificate f.
