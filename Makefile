@@ -223,9 +223,10 @@ e2e-smoke: lab-image lab-images
 	cp bin/images/*.tar bin/e2e-bin/images/
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-bin NFSDIR_E2E_SMOKE=1 $(GO) test -count=1 -v -run TestContainerdRunsLabImages -exec $(LAB) .
 
-## e2e: the Kubernetes end-to-end lab. A single-node cluster (etcd, kube-apiserver,
-## controller-manager, scheduler, containerd with CRI and the CNI bridge, kubelet) in the
-## lab guest, an NFS server pod, nfsdir installed with `helm install` of charts/nfsdir
+## e2e: the Kubernetes end-to-end lab. A single-node cluster: its control plane (etcd,
+## kube-apiserver, controller-manager, scheduler, snapshot-controller) on the host, on
+## 127.0.0.1 only (tests/k8s/hostplane_test.go); containerd with CRI and the CNI bridge and
+## the kubelet in the lab guest, an NFS server pod, nfsdir installed with `helm install` of charts/nfsdir
 ## (image overrides only), and the workload scenarios of tests/k8s/driver_test.go.
 E2E_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
 E2E_RUN ?= TestDriverOnKubernetes
@@ -234,6 +235,9 @@ E2E_RUN ?= TestDriverOnKubernetes
 # container's image below /tmp (a tmpfs of half the guest's memory), and
 # with a second release (DropInForCSIDriverNFS) 2 GiB ran out.
 E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=6144 NFSDIR_LAB_TCG=multi
+# The control plane runs on the host (tests/k8s/hostplane_test.go's
+# TestHostPlane), the lab guest runs the tests NFSDIR_E2E_GUEST_RUN names.
+HOST_PLANE_ENV = NFSDIR_E2E_HOST_PLANE=1 NFSDIR_LAB_RUNNER=$(LAB)
 # e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
 define e2e-payload
 	for b in $(E2E_BINS) csi-provisioner csi-resizer csi-snapshotter snapshot-controller; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
@@ -252,11 +256,12 @@ endef
 e2e: lab-image $(HELM)
 	$(call e2e-payload,bin/e2e)
 	rm -f bin/e2e/images/agnhost.tar
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
-		$(GO) test -count=1 -v -timeout 45m -run '$(E2E_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='$(E2E_RUN)' \
+		NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
 
-## e2e-multinode: a two-node cluster. The first lab guest runs the control plane, node
-## lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's
+## e2e-multinode: a two-node cluster, its control plane on the host. The first lab guest
+## runs node lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's
 ## socket netdev over UDP on 127.0.0.1) runs lab-node-2 (containerd, kubelet); nfsdir
 ## is installed with helm on both, and tests/k8s/multinode_test.go's scenarios run
 ## (MULTINODE_RUN picks some: 'TestDriverOnTwoNodes/(ReadWriteMany|Locks)').
@@ -268,8 +273,9 @@ e2e-multinode: lab-image $(HELM)
 	$(call e2e-payload,bin/e2e-multinode)
 	rm -f bin/e2e-multinode/images/agnhost.tar
 	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-multinode/
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) NFSDIR_LAB_TIMEOUT=2700 \
-		$(GO) test -count=1 -v -timeout 45m -run '$(MULTINODE_RUN)' -exec $(LAB) . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) $(HOST_PLANE_ENV) \
+		NFSDIR_E2E_GUEST_RUN='$(MULTINODE_RUN)' NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
 ## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
@@ -286,8 +292,8 @@ e2e-storage: lab-image $(HELM)
 	rm -rf bin/e2e-storage-out
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-storage-out $(E2E_ENV) \
 		NFSDIR_LAB_MEM=6144 NFSDIR_E2E_STORAGE=1 NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) NFSDIR_E2E_QUICK=$(E2E_STORAGE_QUICK) \
-		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 15) * 60 )) \
-		$(GO) test -count=1 -v -timeout $$(( $(E2E_STORAGE_MINUTES) + 20 ))m -run TestKubernetesStorageSuite -exec $(LAB) . 2>&1 | \
+		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 15) * 60 )) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN=TestKubernetesStorageSuite \
+		$(GO) test -count=1 -v -timeout $$(( $(E2E_STORAGE_MINUTES) + 20 ))m -run TestHostPlane . 2>&1 | \
 		tee $(CURDIR)/bin/e2e-storage.log; exit $${PIPESTATUS[0]}
 
 ## manifests: render deploy/nfsdir.yaml from the chart (a test fails when they drift).

@@ -27,11 +27,12 @@ const (
 	nodeIP   = "192.0.2.10"
 	// apiServiceIP is the ClusterIP of the "kubernetes" Service (the first
 	// address of the service range). There is no kube-proxy; the node owns
-	// this address and the API server listens on 443, so pods on the pod
-	// network reach the API server through the Service address their
-	// in-cluster config names.
+	// this address and the API server (or, with the control plane on the
+	// host, a relay to it) listens on 443, so pods on the pod network
+	// reach the API server through the Service address their in-cluster
+	// config names.
 	apiServiceIP = "198.51.100.1"
-	serviceRange = "198.51.100.0/24"
+	serviceRange = "198.51.100.0/25"
 	podRange     = "203.0.113.0/24"
 	// kubeletDir is the kubelet's default root directory, the chart's
 	// default kubeletDir.
@@ -150,9 +151,10 @@ func exists(path string) bool {
 // service account.
 func startCluster(t *testing.T) *cluster { return startClusterOn(t, soloNode, nil) }
 
-// startClusterOn brings the control plane and node n up in this guest; with
-// a worker, the worker's credentials are served to it (serveWorker) while
-// the control plane starts.
+// startClusterOn brings node n up in this guest with the control plane: on
+// the host when make runs it there (NFSDIR_E2E_PLANE names its credentials,
+// see hostplane_test.go), else in this guest. With a worker, the worker's
+// credentials are served to it (serveWorker) while the control plane starts.
 func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
 	c := newCluster(t)
 	c.prepareNode(n, worker)
@@ -161,54 +163,12 @@ func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
 		c.nodes = append(c.nodes, *worker)
 	}
 
-	pki := newPKI(t, c.dir)
-	c.pki = pki
-	// The API server's client certificate for the kubelet (logs, exec).
-	pki.issue(t, "kubelet-client", &x509.Certificate{Subject: pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	c.admin = pki.kubeconfig(t, "admin", "lab-admin", "system:masters")
-	cm := pki.kubeconfig(t, "controller-manager", "system:kube-controller-manager", "")
-	sched := pki.kubeconfig(t, "scheduler", "system:kube-scheduler", "")
-	kubelet := pki.kubeconfig(t, "kubelet", "system:node:"+nodeName, "system:nodes")
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.admin)
-	if err != nil {
-		t.Fatal(err)
+	kubelet := ""
+	if dir := os.Getenv("NFSDIR_E2E_PLANE"); dir != "" {
+		kubelet = c.joinHostPlane(dir)
+	} else {
+		kubelet = c.startGuestPlane()
 	}
-	cfg.QPS, cfg.Burst = 50, 100
-	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if c.dyn, err = dynamic.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	c.stage("certificates")
-	if worker != nil {
-		c.serveWorker(*worker)
-	}
-
-	p := func(n string) string { return filepath.Join(c.dir, n) }
-	c.run("etcd", nil, "--data-dir="+p("etcd"), "--listen-client-urls=http://127.0.0.1:2379",
-		"--advertise-client-urls=http://127.0.0.1:2379", "--listen-peer-urls=http://127.0.0.1:2380", "--unsafe-no-fsync")
-	c.run("kube-apiserver", nil, "--etcd-servers=http://127.0.0.1:2379", "--advertise-address="+nodeIP,
-		"--secure-port=443", "--service-cluster-ip-range="+serviceRange, "--allow-privileged=true",
-		"--tls-cert-file="+p("apiserver.crt"), "--tls-private-key-file="+p("apiserver.key"), "--client-ca-file="+p("ca.crt"),
-		"--kubelet-client-certificate="+p("kubelet-client.crt"), "--kubelet-client-key="+p("kubelet-client.key"),
-		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+p("sa.pub"),
-		"--service-account-signing-key-file="+p("sa.key"), "--authorization-mode=Node,RBAC",
-		"--kubelet-preferred-address-types=InternalIP",
-		// The pinned csi-provisioner v5.3.0 and csi-resizer v1.14.0
-		// read VolumeAttributesClasses through storage.k8s.io/v1beta1,
-		// which Kubernetes 1.34+ serves only when asked to.
-		"--runtime-config=storage.k8s.io/v1beta1=true")
-	c.waitFor("kube-apiserver /readyz", 5*time.Minute, func() (bool, error) {
-		_, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
-		return err == nil, err
-	}, "kube-apiserver")
-	c.run("kube-controller-manager", nil, "--kubeconfig="+cm, "--root-ca-file="+p("ca.crt"),
-		"--service-account-private-key-file="+p("sa.key"), "--use-service-account-credentials", "--leader-elect=false",
-		"--cluster-cidr="+podRange, "--service-cluster-ip-range="+serviceRange)
-	c.run("kube-scheduler", nil, "--kubeconfig="+sched, "--leader-elect=false")
-	c.startSnapshotController()
 	c.startContainerd(n.podRange)
 	c.startKubelet(kubelet, n)
 	c.waitFor("default service account", 3*time.Minute, func() (bool, error) {
@@ -216,6 +176,89 @@ func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
 		return err == nil, err
 	}, "kube-controller-manager")
 	return c
+}
+
+// planePorts are where a control plane listens: etcd's client and peer
+// ports and the API server's secure port, with the API server's flags
+// that differ between the guest and the host.
+type planePorts struct {
+	etcd, etcdPeer, api int
+	apiFlags            []string
+}
+
+// startGuestPlane makes the cluster's PKI and runs the control plane in
+// this guest, the API server on 443; it returns the kubelet's kubeconfig.
+func (c *cluster) startGuestPlane() string {
+	t := c.t
+	c.pki = newPKI(t, c.dir)
+	c.admin = c.pki.kubeconfig(t, "admin", "lab-admin", "system:masters")
+	kubelet := c.pki.kubeconfig(t, "kubelet", "system:node:"+nodeName, "system:nodes")
+	c.connect()
+	c.stage("certificates")
+	c.serveWorkers()
+	c.startControlPlane(planePorts{etcd: 2379, etcdPeer: 2380, api: 443}, "")
+	c.startSnapshotController()
+	return kubelet
+}
+
+// startControlPlane runs etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler with the PKI's credentials (their kubeconfigs name the API
+// server at server when it is not empty) and waits for the API server.
+func (c *cluster) startControlPlane(ports planePorts, server string) {
+	t := c.t
+	pki := c.pki
+	// The API server's client certificate for the kubelet (logs, exec).
+	pki.issue(t, "kubelet-client", &x509.Certificate{Subject: pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	cm := pki.kubeconfig(t, "controller-manager", "system:kube-controller-manager", "")
+	sched := pki.kubeconfig(t, "scheduler", "system:kube-scheduler", "")
+	if server != "" {
+		retarget(t, cm, server)
+		retarget(t, sched, server)
+	}
+	p := func(n string) string { return filepath.Join(pki.dir, n) }
+	etcd := fmt.Sprintf("http://127.0.0.1:%d", ports.etcd)
+	c.run("etcd", nil, "--data-dir="+filepath.Join(c.dir, "etcd"), "--listen-client-urls="+etcd,
+		"--advertise-client-urls="+etcd, fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", ports.etcdPeer),
+		fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", ports.etcdPeer),
+		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", ports.etcdPeer), "--unsafe-no-fsync")
+	c.run("kube-apiserver", nil, append([]string{"--etcd-servers=" + etcd, "--advertise-address=" + nodeIP,
+		fmt.Sprintf("--secure-port=%d", ports.api), "--service-cluster-ip-range=" + serviceRange, "--allow-privileged=true",
+		"--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"), "--client-ca-file=" + p("ca.crt"),
+		"--kubelet-client-certificate=" + p("kubelet-client.crt"), "--kubelet-client-key=" + p("kubelet-client.key"),
+		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file=" + p("sa.pub"),
+		"--service-account-signing-key-file=" + p("sa.key"), "--authorization-mode=Node,RBAC",
+		"--kubelet-preferred-address-types=InternalIP",
+		// The pinned csi-provisioner v5.3.0 and csi-resizer v1.14.0
+		// read VolumeAttributesClasses through storage.k8s.io/v1beta1,
+		// which Kubernetes 1.34+ serves only when asked to.
+		"--runtime-config=storage.k8s.io/v1beta1=true"}, ports.apiFlags...)...)
+	c.waitFor("kube-apiserver /readyz", 5*time.Minute, c.apiReady, "kube-apiserver")
+	c.run("kube-controller-manager", nil, "--kubeconfig="+cm, "--root-ca-file="+p("ca.crt"),
+		"--service-account-private-key-file="+p("sa.key"), "--use-service-account-credentials", "--leader-elect=false",
+		"--cluster-cidr="+podRange, "--service-cluster-ip-range="+serviceRange)
+	c.run("kube-scheduler", nil, "--kubeconfig="+sched, "--leader-elect=false")
+}
+
+// connect makes the cluster's clients from the admin's kubeconfig.
+func (c *cluster) connect() {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.admin)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		c.t.Fatal(err)
+	}
+	if c.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// apiReady reports whether the API server answers /readyz.
+func (c *cluster) apiReady() (bool, error) {
+	_, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+	return err == nil, err
 }
 
 // startKubelet runs the kubelet of node n with kubeconfig, and waits until

@@ -92,6 +92,13 @@ func TestWorkerNode(t *testing.T) {
 	}
 }
 
+// serveWorkers serves the credentials of the cluster's nodes but the first.
+func (c *cluster) serveWorkers() {
+	for _, w := range c.nodes[1:] {
+		c.serveWorker(w)
+	}
+}
+
 // serveWorker gives the worker node w its kubelet credentials (a client
 // certificate for system:node:<name> with the API server's address on the
 // lab link) and the cluster's CA, over HTTP on the lab link: nothing else

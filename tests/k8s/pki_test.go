@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,6 +43,7 @@ func newPKI(t *testing.T, dir string) *labPKI {
 		t.Fatal(err)
 	}
 	p.write(t, "ca.crt", "CERTIFICATE", der)
+	p.writeKey(t, "ca.key", p.key)
 	p.issue(t, "apiserver", &x509.Certificate{Subject: pkix.Name{CommonName: "kube-apiserver"},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("192.0.2.10"), net.ParseIP("198.51.100.1")},
@@ -51,6 +53,48 @@ func newPKI(t *testing.T, dir string) *labPKI {
 	pub, _ := x509.MarshalPKIXPublicKey(&sa.PublicKey)
 	p.write(t, "sa.pub", "PUBLIC KEY", pub)
 	return p
+}
+
+// loadPKI reads the CA of newPKI from dir (ca.crt, ca.key); certificates
+// it issues go to out, their serials apart from those made in dir.
+func loadPKI(t *testing.T, dir, out string) *labPKI {
+	t.Helper()
+	block := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, _ := pem.Decode(b)
+		if der == nil {
+			t.Fatalf("%s: no PEM block", name)
+		}
+		return der.Bytes
+	}
+	ca, err := x509.ParseCertificate(block("ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(block("ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, ok := key.(*ecdsa.PrivateKey)
+	if !ok {
+		t.Fatalf("ca.key: %T, not ECDSA", key)
+	}
+	return &labPKI{dir: out, ca: ca, key: k, serial: 10000}
+}
+
+// retarget makes the kubeconfig at path name the API server at server.
+func retarget(t *testing.T, path, server string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), "https://127.0.0.1:443", server, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newKey(t *testing.T) *ecdsa.PrivateKey {

@@ -32,6 +32,15 @@
 # these restarts, like a machine's disk across a power cut: /dev/vdc, a
 # sparse $NFSDIR_LAB_PEER_DISK (4G) image, empty at the first boot.
 #
+# With NFSDIR_LAB_HOSTNET set, the first guest gets a second NIC on qemu's
+# user-mode network, restricted (restrict=on: the guest reaches nothing of
+# the host or beyond) but for the forwards the variable lists, qemu's
+# comma-separated guestfwd=/hostfwd= options: the Kubernetes lab's host
+# control plane reaches the kubelet through a hostfwd on 127.0.0.1, the
+# guest reaches the API server through a guestfwd to 127.0.0.1. The NIC's
+# MAC address is 52:54:00:c0:00:0c and its network $NFSDIR_LAB_HOSTNET_NET
+# (198.51.100.128/25).
+#
 # Exit codes: the binary's own; 124 when $NFSDIR_LAB_TIMEOUT (seconds, default
 # 1500) ran out; 125 when the guest failed to set up NFS; 126 when the guest
 # never reported an exit code.
@@ -60,7 +69,7 @@ if [ -n "${NFSDIR_LAB_BIN:-}" ]; then cp -a "$NFSDIR_LAB_BIN"/. "$tmp/payload/bi
 {
   echo "cd /work/pkg || exit 126"
   while IFS='=' read -r name _; do
-    case "$name" in NFSDIR_LAB_BIN|NFSDIR_LAB_CACHE|NFSDIR_LAB_TIMEOUT|NFSDIR_LAB_TCG) continue ;; esac
+    case "$name" in NFSDIR_LAB_BIN|NFSDIR_LAB_CACHE|NFSDIR_LAB_TIMEOUT|NFSDIR_LAB_TCG|NFSDIR_LAB_HOSTNET*) continue ;; esac
     printf 'export %s=%q\n' "$name" "${!name}"
   done < <(env | grep -E '^NFSDIR_[A-Za-z0-9_]*=' || true)
   printf 'exec ./%q' "$(basename "$bin")"
@@ -84,6 +93,10 @@ if [ "$peer" = 1 ]; then
   port=$((20000 + RANDOM % 20000))
   lan=(-netdev "socket,id=lan,udp=127.0.0.1:$((port + 1)),localaddr=127.0.0.1:$port"
     -device "virtio-net-pci,netdev=lan,mac=52:54:00:c0:00:0a")
+fi
+if [ -n "${NFSDIR_LAB_HOSTNET:-}" ]; then
+  lan+=(-netdev "user,id=hostnet,restrict=on,net=${NFSDIR_LAB_HOSTNET_NET:-198.51.100.128/25},$NFSDIR_LAB_HOSTNET"
+    -device "virtio-net-pci,netdev=hostnet,mac=52:54:00:c0:00:0c")
 fi
 # start_peer boots the peer guest in the background (its pid in peer.pid).
 start_peer() {
