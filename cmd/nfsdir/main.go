@@ -81,7 +81,10 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.Float64Var(&cfg.CountRate, "usage-count-rate", cfg.CountRate, "files and directories the usage counts look at per second, all together (0: no bound)")
 	fs.IntVar(&cfg.CountWorkers, "usage-count-workers", cfg.CountWorkers, "how many volumes are counted at once")
 	fs.IntVar(&cfg.CopyWorkers, "copy-workers", cfg.CopyWorkers, "how many snapshots, restores and clones are copied at once (more wait their turn)")
-	fs.BoolVar(&cfg.NFSSessions, "nfs-sessions", cfg.NFSSessions, "make volumes on shares mounted with NFS 4.1 or 4.2 (TCP, sec=sys) through NFSv4.1 COMPOUNDs of the controller's own, 3 calls to the server per CreateVolume instead of 9; false: through the share mount only")
+	// Kept for one release: volumes are made through the share mount or the
+	// server agent.
+	fs.Bool("nfs-sessions", false, "ignored")
+	fs.MarkDeprecated("nfs-sessions", "it has no effect: volumes are made through the share mount or the server agent; the flag goes in the next release")
 	fs.DurationVar(&cfg.AbandonAfter, "abandon-after", cfg.AbandonAfter, "discard a volume made from a snapshot or volume that was never handed out when CreateVolume has not asked for it for this long (its claim was deleted while it was filled, and csi-provisioner restarted); keep it well above csi-provisioner's --retry-interval-max (5m); 0: never")
 	fs.Float64Var(&cfg.CopyRate, "copy-rate", 0, "files and directories the snapshot, restore and clone copies make per second, all together (0: no bound)")
 	fs.BoolVar(&cfg.ReadClaimMetadata, "read-claim-metadata", false, "let subDir templates use the claim's labels and annotations, read from the Kubernetes API with the pod's service account (needs get on persistentvolumeclaims)")

@@ -89,10 +89,6 @@ type Config struct {
 	// it is discarded (its claim deleted while it was filled, and
 	// csi-provisioner restarted); 0: never.
 	AbandonAfter time.Duration
-	// NFSSessions has the controller make volumes through NFSv4.1
-	// COMPOUNDs of its own on shares mounted with NFS 4.1 or 4.2, TCP and
-	// sec=sys (3 calls to the server per CreateVolume instead of 9).
-	NFSSessions bool
 	// ReadClaimMetadata lets the controller read claims' labels and
 	// annotations from the Kubernetes API for subDir templates.
 	ReadClaimMetadata bool
@@ -148,7 +144,7 @@ func (c Config) MountPolicy() mountopts.Policy {
 func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
 		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4, ClaimLapse: DefaultClaimLapse,
-		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2, CopyWorkers: 2, AbandonAfter: DefaultAbandonAfter, NFSSessions: true,
+		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2, CopyWorkers: 2, AbandonAfter: DefaultAbandonAfter,
 		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String()}
 }
 

@@ -82,7 +82,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		}
 		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers,
 			Accounting: acct,
-			Copying:    copying, AbandonAfter: cfg.AbandonAfter, Sessions: cfg.NFSSessions}, m)
+			Copying:    copying, AbandonAfter: cfg.AbandonAfter}, m)
 		if err != nil {
 			return nil, err
 		}

@@ -48,7 +48,6 @@ type Area struct {
 	// freshLookups: on a mount that asks the server for every name
 	// (FreshLookups).
 	freshLookups bool
-	compounds    *compounds // set by UseCompounds
 
 	madeMu sync.Mutex
 	made   map[string]*Record // volumes agents made for this Area, by key.token (Made)

@@ -97,15 +97,6 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if rec, done, err := a.makeRemote(ctx, req); done {
 		return rec, err
 	}
-	if a.compoundable(req) {
-		made, done, err := a.createByCompound(ctx, req)
-		if done {
-			if err == nil {
-				a.learnDir(made)
-			}
-			return made, err
-		}
-	}
 	// Three checks that only look (records above, shares above, the
 	// other kind's record), made at once below a parent.
 	if err := a.firstError(len(safepath.Parents(req.SubDir)) > 0,
@@ -935,9 +926,6 @@ func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Reco
 	rec := a.Made(id)
 	var pre *deleteChecks
 	if rec == nil {
-		if purge, done, err := a.deleteByCompound(ctx, id, before); done {
-			return purge, err
-		}
 		if rec, pre, err = a.lookUpToDelete(id); err != nil {
 			return false, err
 		}

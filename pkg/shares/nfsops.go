@@ -135,17 +135,6 @@ func (s *Set) NFSOps() []NFSOps {
 			sums[k] = sum
 		}
 	}
-	// The COMPOUNDs of the controller's own sessions (Config.Sessions).
-	s.mu.Lock()
-	for _, oa := range s.areas {
-		if oa.session != nil {
-			k := [3]string{oa.share.Export.String(), "session", "COMPOUND"}
-			sum := sums[k]
-			sum.Add(oa.session.Stats())
-			sums[k] = sum
-		}
-	}
-	s.mu.Unlock()
 	if len(sums) == 0 {
 		return nil
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
-	"github.com/nfsdir/nfsdir/pkg/nfsclient"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/sharemount"
@@ -53,7 +52,6 @@ type Set struct {
 	sweeping     map[string]bool // shares being swept, by mount point
 	listing      map[string]bool // by export: a listing runs on it (List)
 	ops          opsReader       // the kernel's NFS counts (NFSOps)
-	sessions     bool            // Config.Sessions
 }
 
 // Config says where a Set keeps its mounts and how it works.
@@ -75,11 +73,6 @@ type Config struct {
 	// and never handed out may go without CreateVolume asking for it
 	// before it is discarded (provision.SweepAbandoned); 0: never.
 	AbandonAfter time.Duration
-	// Sessions has the controller make volumes with NFSv4.1 COMPOUNDs of
-	// its own (pkg/nfsclient) on shares mounted with NFS 4.1 or 4.2, TCP
-	// and sec=sys: 3 calls to the server for a CreateVolume instead of 9
-	// (provision.Area.UseCompounds).
-	Sessions bool
 }
 
 // New returns the Set for cfg, mounting through m.
@@ -88,7 +81,7 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{mounts: mounts, copies: newCopies(cfg.Copying), sessions: cfg.Sessions}
+	s := &Set{mounts: mounts, copies: newCopies(cfg.Copying)}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	if cfg.PurgeWorkers > 0 {
 		s.purger = provision.NewPurger(cfg.PurgeWorkers)
@@ -117,16 +110,12 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 // cache on (sharemount.GetForPurge), or the same Area when that mount
 // could not be had.
 type openArea struct {
-	share   *Share
-	area    *provision.Area
-	purge   *provision.Area
-	session *nfsclient.Client // the Area's COMPOUNDs (Config.Sessions); nil: none
+	share *Share
+	area  *provision.Area
+	purge *provision.Area
 }
 
 func (oa *openArea) close() {
-	if oa.session != nil {
-		oa.session.Close()
-	}
 	oa.area.Close()
 	if oa.purge != oa.area {
 		oa.purge.Close()
@@ -229,36 +218,6 @@ func (s *Set) kick(share *Share, a *provision.Area) {
 	}
 }
 
-// session gives the Area a in the share mount share its own NFSv4.1
-// session, when Config.Sessions is set and the mount allows one
-// (mountopts.SessionEndpoint); nil otherwise.
-func (s *Set) session(share *Share, a *provision.Area) *nfsclient.Client {
-	if !s.sessions {
-		return nil
-	}
-	entry, err := s.mounts.Mounted(share)
-	if err != nil || entry == nil {
-		klog.Warningf("%s: no NFSv4.1 session of nfsdir's own, the mount table does not list the share: %v", share.Export, err)
-		return nil
-	}
-	addr, why := mountopts.SessionEndpoint(entry.Options)
-	if addr == "" {
-		klog.V(2).Infof("%s: no NFSv4.1 session of nfsdir's own: %s", share.Export, why)
-		return nil
-	}
-	c := nfsclient.New(nfsclient.Config{Addr: addr, Cred: nfsclient.ProcessCred(), Timeout: sessionCallTimeout})
-	if err := a.UseCompounds(c); err != nil {
-		klog.Warningf("%s: no NFSv4.1 session of nfsdir's own: %v", share.Export, err)
-		c.Close()
-		return nil
-	}
-	klog.Infof("%s: volumes are made through an NFSv4.1 session of nfsdir's own with %s", share.Export, addr)
-	return c
-}
-
-// sessionCallTimeout bounds a COMPOUND whose caller set no deadline.
-const sessionCallTimeout = 2 * time.Minute
-
 // Resume mounts every export the state directory has mounted before and
 // resumes its purges; run at start-up.
 func (s *Set) Resume() {
@@ -294,7 +253,7 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 	if s.copies.cfg.Remote != nil {
 		a.UseRemote(s.copies.cfg.Remote, e.Share)
 	}
-	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a), session: s.session(share, a)}
+	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
 	s.mu.Lock()
 	var stale *openArea
 	if oa := s.areas[share.Path]; oa != nil {

@@ -30,7 +30,7 @@ var (
 	statCalls = flag.Int("stat-calls", 200, "NodeGetVolumeStats calls timed")
 	writerN   = flag.Int("writer-files", 1000, "4 KiB files the concurrent writer creates")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the rows -cpuprofile-rows names to this file")
-	profRows  = flag.String("cpuprofile-rows", "scale", "the rows -cpuprofile covers: scale (the scale round with few volumes: its CreateVolume, NodeGetVolumeStats and DeleteVolume calls; and the calls made by the copy agent) or session (the rows through the controller's NFSv4.1 session)")
+	profRows  = flag.String("cpuprofile-rows", "scale", "the rows -cpuprofile covers: scale (the scale round with few volumes: its CreateVolume, NodeGetVolumeStats and DeleteVolume calls; and the calls made by the copy agent) or v42 (the rows on an NFSv4.2 share through the latency proxy)")
 )
 
 // startProfile starts the CPU profile -cpuprofile asks for, when it
@@ -302,15 +302,14 @@ func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration, 
 	add(fmt.Sprintf("CreateVolume p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, calls(r.createsOwn, r.createsAll, mkN))
 	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, calls(r.deletesOwn, r.deletesAll, rmN))
 	b.agentRound(where, fmt.Sprintf("127.0.0.1:%d", agent.Port), p, vc, mk, rm, mkN, rmN)
-	b.sessionRows(port, where, p)
+	b.v42Rows(port, where, p)
 }
 
-// sessionRows measures CreateVolume and an empty DeleteVolume on the
-// share mounted with NFSv4.2 through the proxy on port, where the
-// controller's own NFSv4.1 session (--nfs-sessions) goes the same way,
-// against bare mkdir and rmdir on an NFSv4.2 mount through it; the calls
-// are those the server ran (COMPOUNDs), the session's included.
-func (b *bench) sessionRows(port int, where string, p map[string]string) {
+// v42Rows measures CreateVolume and an empty DeleteVolume on the share
+// mounted with NFSv4.2 through the proxy on port against bare mkdir and
+// rmdir on an NFSv4.2 mount through it; the calls are those the server
+// ran (COMPOUNDs).
+func (b *bench) v42Rows(port int, where string, p map[string]string) {
 	flags := []string{"nfsvers=4.2", fmt.Sprintf("port=%d", port)}
 	bare, err := os.MkdirTemp("", "bare-v4-")
 	if err != nil {
@@ -320,25 +319,25 @@ func (b *bench) sessionRows(port int, where string, p map[string]string) {
 		die(fmt.Errorf("mount NFSv4.2 through the proxy: %v: %s", err, out))
 	}
 	defer exec.Command("umount", bare).Run()
-	stopProfile := startProfile("session")
+	stopProfile := startProfile("v42")
 	defer stopProfile()
 	mk, rm, mkN, rmN := b.bareRoundIn(bare)
 	vc := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
 		AccessMode: b.vc.AccessMode}
-	b.cdRound("far-session-warm-up", p, vc)
-	r := b.cdRound("far-session", p, vc)
+	b.cdRound("far-v42-warm-up", p, vc)
+	r := b.cdRound("far-v42", p, vc)
 	server := func(n, bare int64) string {
 		return fmt.Sprintf("%s (server)", perOp(n, bare, *rounds))
 	}
-	add(fmt.Sprintf("CreateVolume through its NFSv4.1 session, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "≤ 4× bare mkdir", true, server(r.createsServer, mkN))
-	add(fmt.Sprintf("DeleteVolume (empty), NFSv4.2 share, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "≤ 6× bare rmdir", true, server(r.deletesServer, rmN))
-	// One level down: the first volume makes the parent (through the
-	// mount), the last removes it (in its COMPOUND).
+	add(fmt.Sprintf("CreateVolume, NFSv4.2 share, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, server(r.createsServer, mkN))
+	add(fmt.Sprintf("DeleteVolume (empty), NFSv4.2 share, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, server(r.deletesServer, rmN))
+	// One level down: the first volume makes the parent, the last
+	// removes it.
 	nested := maps.Clone(p)
 	nested["subDir"] = "team/${pv.metadata.name}"
-	r = b.cdRound("far-session-nested", nested, vc)
-	add(fmt.Sprintf("CreateVolume through its session, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, server(r.createsServer, mkN))
-	add(fmt.Sprintf("DeleteVolume (empty) through its session, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, server(r.deletesServer, rmN))
+	r = b.cdRound("far-v42-nested", nested, vc)
+	add(fmt.Sprintf("CreateVolume, NFSv4.2 share, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, server(r.createsServer, mkN))
+	add(fmt.Sprintf("DeleteVolume (empty), NFSv4.2 share, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, server(r.deletesServer, rmN))
 }
 
 func (s *scaleRows) after() {

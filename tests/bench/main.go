@@ -38,7 +38,7 @@ var (
 	farFiles  = flag.Int("far-files", 5000, "files in the volume deleted through a server -far-delay away")
 	farDelay  = flag.Duration("far-delay", time.Millisecond, "one-way delay to the distant server (a proxy in the guest)")
 	agentOnly = flag.Bool("agent-only", false, "measure only the rows of volumes made by the copy agent over loopback, then stop (for profiling)")
-	sessionN  = flag.Int("session-only", 0, "measure only the rows of volumes made through the controller's NFSv4.1 session, -far-delay away, this many times, then stop (for profiling: -cpuprofile covers the last)")
+	v42N      = flag.Int("v42-only", 0, "measure only the rows on an NFSv4.2 share -far-delay away, this many times, then stop (for profiling: -cpuprofile covers the last)")
 )
 
 type row struct {
@@ -136,14 +136,14 @@ func main() {
 
 	fmt.Printf("nfsdir bench in the lab guest (NFS %s over loopback, TCG emulation)\n", *vers)
 	b := &bench{ctx: ctx, ctl: ctl, node: node, vc: vc, create: create, work: work, bare: bare, export: export, pki: pki}
-	if *sessionN > 0 {
+	if *v42N > 0 {
 		proxy, err := lab.NewProxy(*farDelay)
 		if err != nil {
 			die(err)
 		}
-		*profRows = "session"
-		for range *sessionN {
-			b.sessionRows(proxy.Port, fmt.Sprintf(", %s away", *farDelay), map[string]string{"server": server, "share": export, "onDelete": "delete"})
+		*profRows = "v42"
+		for range *v42N {
+			b.v42Rows(proxy.Port, fmt.Sprintf(", %s away", *farDelay), map[string]string{"server": server, "share": export, "onDelete": "delete"})
 		}
 		proxy.Close()
 		printRows()
