@@ -190,13 +190,9 @@ func (s *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		if err != nil {
 			return resp, nil // names no snapshot of nfsdir's
 		}
-		var st *shares.SnapshotState
-		err = s.bounded(ctx, raw, func() (err error) {
-			st, err = s.shares.Snapshot(ctx, id)
-			return err
-		})
+		st, err := s.snapshot(ctx, raw, id)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, err
 		}
 		if st != nil && (req.GetSourceVolumeId() == "" || st.Snapshot.SourceIs(mustParse(req.GetSourceVolumeId()))) {
 			resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(*st, sourceID(id, st.Snapshot))})
@@ -220,6 +216,41 @@ func (s *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(st, sourceID(st.ID, st.Snapshot))})
 	}
 	return resp, nil
+}
+
+// GetSnapshot returns one snapshot by its ID; a snapshot that is gone, or
+// an ID that is not nfsdir's, is NotFound.
+func (s *Controller) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	raw := req.GetSnapshotId()
+	if raw == "" {
+		return nil, invalid("snapshot ID is required")
+	}
+	id, err := volumeid.ParseSnapshot(raw)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "snapshot %q: not a snapshot ID of nfsdir's: %v", raw, err)
+	}
+	st, err := s.snapshot(ctx, raw, id)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist", raw)
+	}
+	return &csi.GetSnapshotResponse{Snapshot: csiSnapshot(*st, sourceID(id, st.Snapshot))}, nil
+}
+
+// snapshot looks up the snapshot id (raw as asked for): nil when it is
+// gone.
+func (s *Controller) snapshot(ctx context.Context, raw string, id volumeid.ID) (*shares.SnapshotState, error) {
+	var st *shares.SnapshotState
+	err := s.bounded(ctx, raw, func() (err error) {
+		st, err = s.shares.Snapshot(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return st, nil
 }
 
 // mustParse parses a volume ID; one that is not nfsdir's yields the zero

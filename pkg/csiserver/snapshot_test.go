@@ -145,6 +145,17 @@ func TestSnapshotRestoreAndClone(t *testing.T) {
 	if err != nil || len(byID.Entries) != 1 || byID.Entries[0].Snapshot.SnapshotId != s.SnapshotId || !byID.Entries[0].Snapshot.ReadyToUse {
 		t.Errorf("ListSnapshots by ID = %v, %v", byID, err)
 	}
+	got, err := ctl.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: s.SnapshotId})
+	if err != nil || got.Snapshot.SnapshotId != s.SnapshotId || got.Snapshot.SourceVolumeId != src.Volume.VolumeId ||
+		!got.Snapshot.ReadyToUse || got.Snapshot.SizeBytes != 1<<20 {
+		t.Errorf("GetSnapshot = %v, %v; want the ready snapshot %q of %q", got, err, s.SnapshotId, src.Volume.VolumeId)
+	}
+	if _, err := ctl.GetSnapshot(ctx, &csi.GetSnapshotRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("GetSnapshot without an ID: %v; want InvalidArgument", err)
+	}
+	if _, err := ctl.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: "not-ours"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetSnapshot of a foreign ID: %v; want NotFound", err)
+	}
 	bySrc, err := ctl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SourceVolumeId: other.Volume.VolumeId})
 	if err != nil || len(bySrc.Entries) != 1 || bySrc.Entries[0].Snapshot.SourceVolumeId != other.Volume.VolumeId {
 		t.Errorf("ListSnapshots by source = %v, %v", bySrc, err)
@@ -185,6 +196,9 @@ func TestSnapshotRestoreAndClone(t *testing.T) {
 	gone, err := ctl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SnapshotId: s.SnapshotId})
 	if err != nil || len(gone.Entries) != 0 {
 		t.Errorf("ListSnapshots of a deleted snapshot = %v, %v", gone, err)
+	}
+	if _, err := ctl.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: s.SnapshotId}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetSnapshot of a deleted snapshot: %v; want NotFound", err)
 	}
 	if _, err := ctl.CreateVolume(ctx, volumeFrom("pvc-after-delete", 1<<20, fromSnapshot(s.SnapshotId))); status.Code(err) != codes.NotFound {
 		t.Errorf("restore of a deleted snapshot: %v; want NotFound", err)
