@@ -163,7 +163,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
 		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent,
-		CopyAgent: cp.CopyAgent}
+		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID}
 	mut, err := params.ParseMutable(req.GetMutableParameters())
 	if err != nil {
 		return nil, invalid("VolumeAttributesClass: %v", err)

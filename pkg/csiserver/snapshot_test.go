@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -231,6 +232,8 @@ func TestRestoreOfACSIDriverNFSArchive(t *testing.T) {
 	tw.Write([]byte("old"))
 	tw.WriteHeader(&tar.Header{Name: "../../outside", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
 	tw.Write([]byte("x"))
+	tw.WriteHeader(&tar.Header{Name: "./a/suid", Typeflag: tar.TypeReg, Mode: 0o4755, Size: 1, Uid: 0, Gid: 0})
+	tw.Write([]byte("s"))
 	tw.Close()
 	zw.Close()
 	if err := os.WriteFile(filepath.Join(share, "snapshot-1", "pvc-old.tar.gz"), buf.Bytes(), 0o644); err != nil {
@@ -241,7 +244,38 @@ func TestRestoreOfACSIDriverNFSArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameTree(t, "restored csi-driver-nfs snapshot", readTree(t, filepath.Join(share, "pvc-new")), map[string]string{"a": "dir", "a/f": "old"})
+	sameTree(t, "restored csi-driver-nfs snapshot", readTree(t, filepath.Join(share, "pvc-new")), map[string]string{"a": "dir", "a/f": "old", "a/suid": "s"})
+	suid := func(volume string) (os.FileMode, uint32) {
+		t.Helper()
+		st, err := os.Lstat(filepath.Join(share, volume, "a", "suid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode() & (os.ModeSetuid | os.ModeSetgid | 0o777), st.Sys().(*syscall.Stat_t).Uid
+	}
+	if mode, _ := suid("pvc-new"); mode != 0o755 {
+		t.Errorf("restored setuid file: mode %v, want its setuid bit cleared", mode)
+	}
+	// keepSetIDOnRestore keeps the bit; a StorageClass uid gives the
+	// volume's owner to what is restored.
+	kept := volumeFrom("pvc-kept", 1<<20, fromSnapshot(id))
+	kept.Parameters["keepSetIDOnRestore"] = "true"
+	if _, err := ctl.CreateVolume(ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+	if mode, _ := suid("pvc-kept"); mode != os.ModeSetuid|0o755 {
+		t.Errorf("with keepSetIDOnRestore: mode %v", mode)
+	}
+	if os.Geteuid() == 0 {
+		owned := volumeFrom("pvc-owned", 1<<20, fromSnapshot(id))
+		owned.Parameters["uid"] = "1000"
+		if _, err := ctl.CreateVolume(ctx, owned); err != nil {
+			t.Fatal(err)
+		}
+		if _, uid := suid("pvc-owned"); uid != 1000 {
+			t.Errorf("with uid 1000: the restored file is owned by %d", uid)
+		}
+	}
 	if _, err := os.Lstat(filepath.Join(filepath.Dir(share), "outside")); err == nil {
 		t.Error("an archive entry landed outside the volume")
 	}

@@ -34,6 +34,7 @@ const (
 	KeyAllowShared      = "allowsharedsubdir"
 	KeyQuotaAgent       = "quotaagent"
 	KeyCopyAgent        = "copyagent"
+	KeyKeepSetID        = "keepsetidonrestore"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -43,7 +44,7 @@ const (
 // differs.
 var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
 	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
-	KeyCopyAgent: "copyAgent"}
+	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore"}
 
 // kubernetesPrefixes start the keys Kubernetes components add on their own:
 // csi.storage.k8s.io/ (kubelet's pod info and ephemeral flag, the
@@ -89,6 +90,10 @@ type Create struct {
 	// CopyAgent is the host:port of the agent that copies the volume's
 	// trees on the server (copyAgent); "": the controller copies.
 	CopyAgent string
+	// KeepSetID keeps the setuid and setgid bits of the files a restore
+	// from a csi-driver-nfs archive writes (keepSetIDOnRestore); by
+	// default they are cleared.
+	KeepSetID bool
 }
 
 // NeedsClaim reports whether the subDir template of StorageClass
@@ -109,7 +114,7 @@ func NeedsClaim(p map[string]string) bool {
 // annotations.
 func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	m, err := lower(p, "parameter", KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyPVCName, KeyPVCNamespace, KeyPVName)
+		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyPVCName, KeyPVCNamespace, KeyPVName)
 	if err != nil {
 		return Create{}, err
 	}
@@ -158,6 +163,11 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	if v, ok := m[KeyCopyAgent]; ok {
 		if c.CopyAgent, err = ParseEndpoint(v); err != nil {
 			return Create{}, fmt.Errorf("parameter \"copyAgent\" %v", err)
+		}
+	}
+	if v, ok := m[KeyKeepSetID]; ok {
+		if c.KeepSetID, err = strconv.ParseBool(v); err != nil {
+			return Create{}, fmt.Errorf("parameter \"keepSetIDOnRestore\" %q must be true or false", v)
 		}
 	}
 	return c, nil

@@ -11,18 +11,18 @@ import (
 func TestParseCreate(t *testing.T) {
 	c, err := ParseCreate(map[string]string{
 		"Server": "fd00::1", "SHARE": "/srv/", "subDir": "${pvc.metadata.namespace}/${pvc.metadata.name}",
-		"mountPermissions": "02770", "onDelete": "Archive", "uid": "1000", "gid": "2000",
+		"mountPermissions": "02770", "onDelete": "Archive", "uid": "1000", "gid": "2000", "keepSetIDOnRestore": "true",
 		KeyPVCName: "data", KeyPVCNamespace: "ns", KeyPVName: "pvc-1",
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Export.String() != "[fd00::1]:/srv" || c.SubDir != "ns/data" || c.Mode != 0o2770 ||
-		c.OnDelete != Archive || c.UID != 1000 || c.GID != 2000 {
+		c.OnDelete != Archive || c.UID != 1000 || c.GID != 2000 || !c.KeepSetID {
 		t.Errorf("ParseCreate = %+v", c)
 	}
 	d, err := ParseCreate(map[string]string{"server": "s", "share": "/e", KeyPVName: "pvc-2"}, nil)
-	if err != nil || d.SubDir != "pvc-2" || d.UID != -1 || d.GID != -1 || d.Mode != 0 || d.OnDelete != "" {
+	if err != nil || d.SubDir != "pvc-2" || d.UID != -1 || d.GID != -1 || d.Mode != 0 || d.OnDelete != "" || d.KeepSetID {
 		t.Errorf("defaults = %+v, %v", d, err)
 	}
 }
@@ -62,6 +62,7 @@ func TestParseCreateErrors(t *testing.T) {
 		"onDelete \"purge\"":              base("onDelete", "purge"),
 		`"uid" "-1"`:                      base("uid", "-1"),
 		`"gid" "x"`:                       base("gid", "x"),
+		`"keepSetIDOnRestore" "yes"`:      base("keepSetIDOnRestore", "yes"),
 		`parameter "server" is required`:  {"share": "/e"},
 		"did not carry":                   base("subDir", "${pvc.metadata.name}"),
 	}

@@ -182,6 +182,13 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 			u.MaxBytes = min(u.MaxBytes, rec.CapacityBytes)
 		}
 		u.Limit, u.Progress = c.Limit, c.Progress
+		u.KeepSetID = rec.KeepSetID
+		// A StorageClass that gives its volumes an owner (uid, gid) gives
+		// it to what is restored into them too; without one, the
+		// archive's owners stay.
+		if rec.UID >= 0 || rec.GID >= 0 {
+			u.Owner = &treecopy.Owner{UID: rec.UID, GID: rec.GID}
+		}
 		copyInto = func(dst int) (treecopy.Result, error) {
 			res, err := u.Unpack(ctx, archive, dst)
 			if errors.Is(err, treecopy.ErrBounds) {

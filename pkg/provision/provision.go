@@ -58,6 +58,8 @@ type Request struct {
 	QuotaAgent string
 	// CopyAgent is the agent that copies the volume's trees on the server.
 	CopyAgent string
+	// KeepSetID keeps setuid and setgid bits in a restore from an archive.
+	KeepSetID bool
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -171,7 +173,8 @@ func newRecord(req Request) *Record {
 	return &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
-		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, Pending: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent}
+		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, Pending: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent,
+		KeepSetID: req.KeepSetID}
 }
 
 // AbandonedAfter is how old a volume's record must be, with no directory
@@ -764,6 +767,9 @@ func compatible(rec *Record, req Request) error {
 	}
 	if rec.Mode != req.Mode || rec.UID != req.UID || rec.GID != req.GID {
 		diffs = append(diffs, fmt.Sprintf("mode %04o uid %d gid %d (requested %04o uid %d gid %d)", rec.Mode, rec.UID, rec.GID, req.Mode, req.UID, req.GID))
+	}
+	if rec.KeepSetID != req.KeepSetID {
+		diffs = append(diffs, fmt.Sprintf("keepSetIDOnRestore %t (requested %t)", rec.KeepSetID, req.KeepSetID))
 	}
 	if !sameSource(rec.Source, req.Source) {
 		diffs = append(diffs, fmt.Sprintf("content from %s (requested %s)", rec.Source, req.Source))

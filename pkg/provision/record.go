@@ -69,6 +69,9 @@ type Record struct {
 	// mount. (A quota agent copies only when named here too: one run with
 	// only the capabilities quotas need could not.)
 	CopyAgent string `json:"copyAgent,omitempty"`
+	// KeepSetID keeps the setuid and setgid bits of the files a restore
+	// from an archive writes (the StorageClass's keepSetIDOnRestore).
+	KeepSetID bool `json:"keepSetID,omitempty"`
 	// Pending marks a volume made from a snapshot or volume that was not
 	// handed out yet: Filling stays set until CreateVolume hands it out
 	// (HandOut), also once its copy is complete (Copied). Only such a

@@ -61,11 +61,19 @@ type Unpacker struct {
 	// KeepSetID keeps the setuid and setgid bits of files; without it
 	// they are cleared.
 	KeepSetID bool
+	// Owner, when set, owns every restored entry in place of the owners
+	// the archive names (the volume's ownership policy); nil: the
+	// archive's owners.
+	Owner *Owner
 	// Limit paces the restore, one entry at a time; nil: unpaced.
 	Limit Limiter
 	// Progress, when set, follows the restore as it goes.
 	Progress *Progress
 }
+
+// Owner is the owner a restore gives its entries: a UID or GID of -1
+// keeps the archive's.
+type Owner struct{ UID, GID int }
 
 // DefaultUnpacker allows a terabyte of data, ten million entries and
 // names 512 directories deep; a restore into a volume sets MaxBytes to
@@ -277,7 +285,8 @@ func (u *unpackRun) entry(h *tar.Header, body io.Reader) error {
 			}
 			defer unix.Close(fd)
 			u.res.Dirs++
-			if err := owner(fd, h); err != nil {
+			uid, gid := u.owner(h)
+			if err := unix.Fchown(fd, uid, gid); err != nil {
 				return err
 			}
 			if len(u.dirs) < MaxDirs && u.dirsBytes+len(name) <= maxDirNames {
@@ -309,7 +318,8 @@ func (u *unpackRun) entry(h *tar.Header, body io.Reader) error {
 				return err
 			}
 			u.res.Files++
-			if err := owner(fd, h); err != nil {
+			uid, gid := u.owner(h)
+			if err := unix.Fchown(fd, uid, gid); err != nil {
 				return err
 			}
 			if err := unix.Fchmod(fd, mode); err != nil { // after chown, which clears setuid
@@ -323,7 +333,8 @@ func (u *unpackRun) entry(h *tar.Header, body io.Reader) error {
 				return err
 			}
 			u.res.Symlinks++
-			if err := unix.Fchownat(parent, base, h.Uid, h.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			uid, gid := u.owner(h)
+			if err := unix.Fchownat(parent, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return err
 			}
 			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
@@ -355,7 +366,8 @@ func (u *unpackRun) entry(h *tar.Header, body io.Reader) error {
 			}
 			u.res.FIFOs++
 			fifoMade(parent, base)
-			if err := unix.Fchownat(parent, base, h.Uid, h.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			uid, gid := u.owner(h)
+			if err := unix.Fchownat(parent, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return err
 			}
 			if err := chmodFIFO(parent, base, mode); err != nil {
@@ -368,9 +380,18 @@ func (u *unpackRun) entry(h *tar.Header, body io.Reader) error {
 	}
 }
 
-// owner gives fd the entry's owner.
-func owner(fd int, h *tar.Header) error {
-	return unix.Fchown(fd, h.Uid, h.Gid)
+// owner is the owner the entry h gets: the archive's, or the Owner's.
+func (u *unpackRun) owner(h *tar.Header) (uid, gid int) {
+	uid, gid = h.Uid, h.Gid
+	if o := u.c.Owner; o != nil {
+		if o.UID >= 0 {
+			uid = o.UID
+		}
+		if o.GID >= 0 {
+			gid = o.GID
+		}
+	}
+	return uid, gid
 }
 
 // data writes size bytes of body into fd, leaving blocks of zeros as

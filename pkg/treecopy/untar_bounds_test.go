@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -165,5 +166,58 @@ func TestUnpackRefusesADeclaredSparseGiant(t *testing.T) {
 	u.MaxBytes = 1 << 20
 	if _, err := u.Unpack(context.Background(), bytes.NewReader(gnuSparse(1<<33-1)), openDir(t, t.TempDir())); !errors.Is(err, ErrBounds) {
 		t.Errorf("Unpack: %v, want ErrBounds", err)
+	}
+}
+
+// With an Owner, every restored entry (directories, files, symlinks,
+// FIFOs) takes the volume's owner instead of the archive's; without one
+// the archive's owners stay. Tests run as root, where chown works.
+func TestUnpackGivesTheVolumesOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to other owners needs root")
+	}
+	archive := func() *bytes.Buffer {
+		return archiveOf(t,
+			archiveEntry{tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: 0, Gid: 0}, ""},
+			archiveEntry{tar.Header{Name: "d/f", Mode: 0o644, Uid: 0, Gid: 0}, "x"},
+			archiveEntry{tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "d/f", Uid: 0, Gid: 0}, ""},
+			archiveEntry{tar.Header{Name: "p", Typeflag: tar.TypeFifo, Mode: 0o600, Uid: 0, Gid: 0}, ""},
+			archiveEntry{tar.Header{Name: "mine", Mode: 0o644, Uid: 1234, Gid: 5678}, "y"})
+	}
+	owners := func(dst string) map[string][2]uint32 {
+		got := map[string][2]uint32{}
+		for _, name := range []string{"d", "d/f", "l", "p", "mine"} {
+			st, err := os.Lstat(filepath.Join(dst, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := st.Sys().(*syscall.Stat_t)
+			got[name] = [2]uint32{s.Uid, s.Gid}
+		}
+		return got
+	}
+	dst := t.TempDir()
+	if _, err := DefaultUnpacker.Unpack(context.Background(), archive(), openDir(t, dst)); err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(dst); got["d/f"] != [2]uint32{0, 0} || got["mine"] != [2]uint32{1234, 5678} {
+		t.Errorf("without an Owner: %v; want the archive's owners", got)
+	}
+	for _, o := range []Owner{{UID: 1000, GID: 2000}, {UID: 1000, GID: -1}} {
+		pinned := DefaultUnpacker
+		pinned.Owner = &o
+		dst := t.TempDir()
+		if _, err := pinned.Unpack(context.Background(), archive(), openDir(t, dst)); err != nil {
+			t.Fatal(err)
+		}
+		for name, got := range owners(dst) {
+			wantGID := uint32(o.GID)
+			if o.GID < 0 {
+				wantGID = map[string]uint32{"mine": 5678}[name] // the archive's group
+			}
+			if got != [2]uint32{uint32(o.UID), wantGID} {
+				t.Errorf("Owner %+v: %s owned by %v, want %d:%d", o, name, got, o.UID, wantGID)
+			}
+		}
 	}
 }
