@@ -42,17 +42,14 @@ build:
 ## test: everything: static checks, unit tests (with the fake-mounter csi-sanity run and
 ## the real node-driver-registrar and livenessprobe), short fuzzing, the real-NFS lab tests
 ## (csi-sanity and e2e in the qemu guest), the Kubernetes end-to-end scenarios on one node
-## (make e2e) and on two (make e2e-multinode), and Kubernetes' own storage suite
-## (make e2e-storage) with one spec of each kind (tests/k8s quickSpecs); `make e2e-storage`
-## alone runs all of them. The stages run one after another (tests/stages); it ends with
-## a table of them (seconds, result, what passed and failed), also written to
-## _output/test-timings.json.
-TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode e2e-storage
-# make test leaves out the two storage-suite specs across nodes, which
-# make e2e-multinode runs.
-TEST_MULTINODE_RUN := TestDriverOnTwoNodes/(ReadWriteManyAcrossNodes|LocksAcrossNodes|ReadWriteOncePodAcrossNodes|ReadWriteOnceAcrossNodes|NodeKilledWithAVolume)
+## followed by Kubernetes' own storage suite with one spec of each kind (make e2e;
+## tests/k8s quickSpecs; `make e2e-storage` runs all of them) and the scenarios on two
+## nodes with the suite's specs across nodes (make e2e-multinode). The stages run one
+## after another (tests/stages); it ends with a table of them (seconds, result, what
+## passed and failed), also written to _output/test-timings.json.
+TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode
 test:
-	E2E_STORAGE_QUICK=1 MULTINODE_RUN='$(TEST_MULTINODE_RUN)' $(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
+	$(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
 
 ## test-quick: the day-to-day subset (a few minutes): the checks, the unit tests, a fuzz
 ## smoke of every target (FUZZ_SMOKE executions each) and csi-sanity against the kernel NFS
@@ -228,7 +225,8 @@ e2e-smoke: lab-image lab-images
 ## 127.0.0.1 only (tests/k8s/hostplane_test.go); containerd with CRI and the CNI bridge and
 ## the kubelet in the lab guest, an NFS server pod, nfsdir installed with `helm install` of charts/nfsdir
 ## (image overrides only), and the workload scenarios of tests/k8s/driver_test.go.
-E2E_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
+# The control plane's programs run on the host from bin/k8s; the guest gets the kubelet.
+E2E_PLANE_BINS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl snapshot-controller
 E2E_RUN ?= TestDriverOnKubernetes
 # The cluster keeps both vCPUs busy: multi-threaded TCG brought the driver up in
 # 121 s instead of 178-316 s. 6 GiB: containerd keeps a copy of each
@@ -237,25 +235,30 @@ E2E_RUN ?= TestDriverOnKubernetes
 E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=6144 NFSDIR_LAB_TCG=multi
 # The control plane runs on the host (tests/k8s/hostplane_test.go's
 # TestHostPlane), the lab guest runs the tests NFSDIR_E2E_GUEST_RUN names.
-HOST_PLANE_ENV = NFSDIR_E2E_HOST_PLANE=1 NFSDIR_LAB_RUNNER=$(LAB)
+# The storage suite's e2e.test runs there too (tests/k8s/suite_host_test.go),
+# its reports in bin/e2e-storage-out.
+HOST_PLANE_ENV = NFSDIR_E2E_HOST_PLANE=1 NFSDIR_LAB_RUNNER=$(LAB) NFSDIR_E2E_HOST_BIN=$(CURDIR)/bin/k8s \
+	NFSDIR_E2E_SUITE_OUT=$(CURDIR)/bin/e2e-storage-out
+E2E_SUITE_BINS = for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done; \
+	rm -rf bin/e2e-storage-out
 # e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
 define e2e-payload
-	for b in $(E2E_BINS) csi-provisioner csi-resizer csi-snapshotter snapshot-controller; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
+	for b in $(E2E_PLANE_BINS) kubelet csi-provisioner csi-resizer csi-snapshotter; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
 	$(MAKE) lab-images
-	rm -rf $(1) && mkdir -p $(1)/images $(1)/chart $(1)/snapshot-crds
+	rm -rf $(1) bin/k8s/snapshot-crds && mkdir -p $(1)/images $(1)/chart bin/k8s/snapshot-crds
 	tests/k8s/fetch-runtime.sh $(1)
-	for b in $(E2E_BINS) snapshot-controller; do cp bin/k8s/$$b $(1)/; done
+	cp bin/k8s/kubelet $(1)/
 	crds=$$(cd tests/k8s/sidecars/snapshotter && $(GO) mod download github.com/kubernetes-csi/external-snapshotter/client/v8 && \
 		$(GO) list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)/config/crd && \
-		cp $$crds/snapshot.storage.k8s.io_*.yaml $(1)/snapshot-crds/
+		cp $$crds/snapshot.storage.k8s.io_*.yaml bin/k8s/snapshot-crds/
 	cp $(HELM) $(1)/helm
 	cp bin/lab/nfsdir $(1)/nfsdir
 	cp -r charts/nfsdir $(1)/chart/ && cp -r deploy/example $(1)/example
 	cp bin/images/*.tar $(1)/images/
 endef
 e2e: lab-image $(HELM)
+	$(E2E_SUITE_BINS)
 	$(call e2e-payload,bin/e2e)
-	rm -f bin/e2e/images/agnhost.tar
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='$(E2E_RUN)' \
 		NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
@@ -269,28 +272,26 @@ E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTIN
 	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
 MULTINODE_RUN ?= TestDriverOnTwoNodes
 e2e-multinode: lab-image $(HELM)
-	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
+	$(E2E_SUITE_BINS)
 	$(call e2e-payload,bin/e2e-multinode)
 	rm -f bin/e2e-multinode/images/agnhost.tar
-	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-multinode/
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) $(HOST_PLANE_ENV) \
 		NFSDIR_E2E_GUEST_RUN='$(MULTINODE_RUN)' NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
 
 ## e2e-storage: Kubernetes' own storage e2e suite (e2e.test of $(K8S_VERSION), its
-## External Storage tests for nfsdir.csi.io) on the same lab cluster, at most
-## E2E_STORAGE_MINUTES. The full output and the JUnit report land in bin/e2e-storage-out.
+## External Storage tests for nfsdir.csi.io), all of its specs that apply, on a lab
+## cluster of its own, at most E2E_STORAGE_MINUTES; e2e.test runs on the host beside the
+## control plane. The full output and the JUnit report land in bin/e2e-storage-out.
 ## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
 ## how many specs run at once; E2E_STORAGE_QUICK=1 runs only one spec of each kind
-## (tests/k8s quickSpecs; make test does).
+## (tests/k8s quickSpecs, which make e2e runs after its scenarios).
 E2E_STORAGE_MINUTES ?= 50
 E2E_STORAGE_QUICK ?= 0
 e2e-storage: lab-image $(HELM)
-	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
+	$(E2E_SUITE_BINS)
 	$(call e2e-payload,bin/e2e-storage)
-	cp bin/k8s/e2e.test bin/k8s/ginkgo bin/k8s/kubectl bin/e2e-storage/
-	rm -rf bin/e2e-storage-out
-	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage NFSDIR_LAB_OUT=$(CURDIR)/bin/e2e-storage-out $(E2E_ENV) \
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage $(E2E_ENV) \
 		NFSDIR_LAB_MEM=6144 NFSDIR_E2E_STORAGE=1 NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) NFSDIR_E2E_QUICK=$(E2E_STORAGE_QUICK) \
 		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 15) * 60 )) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN=TestKubernetesStorageSuite \
 		$(GO) test -count=1 -v -timeout $$(( $(E2E_STORAGE_MINUTES) + 20 ))m -run TestHostPlane . 2>&1 | \

@@ -151,9 +151,9 @@ func exists(path string) bool {
 // service account.
 func startCluster(t *testing.T) *cluster { return startClusterOn(t, soloNode, nil) }
 
-// startClusterOn brings node n up in this guest with the control plane: on
-// the host when make runs it there (NFSDIR_E2E_PLANE names its credentials,
-// see hostplane_test.go), else in this guest. With a worker, the worker's
+// startClusterOn brings node n up in this guest, joined to the control
+// plane on the host (NFSDIR_E2E_PLANE names its credentials, see
+// hostplane_test.go). With a worker, the worker's
 // credentials are served to it (serveWorker) while the control plane starts.
 func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
 	c := newCluster(t)
@@ -163,12 +163,11 @@ func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
 		c.nodes = append(c.nodes, *worker)
 	}
 
-	kubelet := ""
-	if dir := os.Getenv("NFSDIR_E2E_PLANE"); dir != "" {
-		kubelet = c.joinHostPlane(dir)
-	} else {
-		kubelet = c.startGuestPlane()
+	dir := os.Getenv("NFSDIR_E2E_PLANE")
+	if dir == "" {
+		t.Fatal("the control plane runs on the host: make e2e (TestHostPlane)")
 	}
+	kubelet := c.joinHostPlane(dir)
 	c.startContainerd(n.podRange)
 	c.startKubelet(kubelet, n)
 	c.waitFor("default service account", 3*time.Minute, func() (bool, error) {
@@ -184,21 +183,6 @@ func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
 type planePorts struct {
 	etcd, etcdPeer, api int
 	apiFlags            []string
-}
-
-// startGuestPlane makes the cluster's PKI and runs the control plane in
-// this guest, the API server on 443; it returns the kubelet's kubeconfig.
-func (c *cluster) startGuestPlane() string {
-	t := c.t
-	c.pki = newPKI(t, c.dir)
-	c.admin = c.pki.kubeconfig(t, "admin", "lab-admin", "system:masters")
-	kubelet := c.pki.kubeconfig(t, "kubelet", "system:node:"+nodeName, "system:nodes")
-	c.connect()
-	c.stage("certificates")
-	c.serveWorkers()
-	c.startControlPlane(planePorts{etcd: 2379, etcdPeer: 2380, api: 443}, "")
-	c.startSnapshotController()
-	return kubelet
 }
 
 // startControlPlane runs etcd, kube-apiserver, kube-controller-manager and

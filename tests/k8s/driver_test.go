@@ -41,8 +41,8 @@ const (
 )
 
 // TestDriverOnKubernetes runs in the lab guest (make e2e): a single-node
-// cluster, an NFS server pod, nfsdir installed with the Helm chart, and the
-// workloads operators run on it.
+// cluster, an NFS server pod, nfsdir installed with the Helm chart, the
+// workloads operators run on it, and last Kubernetes' storage suite.
 func TestDriverOnKubernetes(t *testing.T) {
 	if os.Getenv("NFSDIR_LAB") != "1" || os.Getenv("NFSDIR_E2E_K8S") != "1" {
 		t.Skip("runs in the lab guest: make e2e")
@@ -73,6 +73,9 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"ControllerRestartsUnderLoad", (*cluster).controllerRestartsUnderLoad},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},
+		// Kubernetes' storage suite, one spec of each kind (quickSpecs),
+		// on the same cluster.
+		{"KubernetesStorageSuite", (*cluster).quickStorageSuite},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) { s.run(c.in(t)) })

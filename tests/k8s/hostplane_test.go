@@ -2,6 +2,8 @@ package k8s
 
 import (
 	"bufio"
+	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -44,17 +46,22 @@ const (
 	workerKubeletPort = 10251
 )
 
-// TestHostPlane runs on the host: it starts the control plane, then the
-// lab guest (NFSDIR_LAB_RUNNER, run.sh) with this test binary and the
-// tests NFSDIR_E2E_GUEST_RUN names, and passes when they pass.
+// TestHostPlane runs on the host: it starts the control plane from the
+// programs in NFSDIR_E2E_HOST_BIN (with the VolumeSnapshot CRDs in its
+// snapshot-crds), then the lab guest (NFSDIR_LAB_RUNNER, run.sh) with the
+// payload NFSDIR_LAB_BIN, this test binary and the tests
+// NFSDIR_E2E_GUEST_RUN names; it runs the storage suite when they ask
+// (serveSuiteRuns) and passes when they pass.
 func TestHostPlane(t *testing.T) {
 	if os.Getenv("NFSDIR_LAB") == "1" || os.Getenv("NFSDIR_E2E_HOST_PLANE") != "1" {
 		t.Skip("runs on the host around a Kubernetes lab guest: make e2e")
 	}
 	payload, runner, run := os.Getenv("NFSDIR_LAB_BIN"), os.Getenv("NFSDIR_LAB_RUNNER"), os.Getenv("NFSDIR_E2E_GUEST_RUN")
-	if payload == "" || runner == "" || run == "" {
-		t.Fatal("NFSDIR_LAB_BIN, NFSDIR_LAB_RUNNER and NFSDIR_E2E_GUEST_RUN are needed")
+	bin := os.Getenv("NFSDIR_E2E_HOST_BIN")
+	if payload == "" || runner == "" || run == "" || bin == "" {
+		t.Fatal("NFSDIR_LAB_BIN, NFSDIR_LAB_RUNNER, NFSDIR_E2E_GUEST_RUN and NFSDIR_E2E_HOST_BIN are needed")
 	}
+	suiteBinaries(t, bin)
 	state := strings.TrimSuffix(payload, "/") + "-plane"
 	creds := filepath.Join(payload, "plane")
 	for _, d := range []string{state, creds} {
@@ -65,7 +72,7 @@ func TestHostPlane(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &cluster{t: t, bin: payload, dir: state, start: time.Now(), logs: map[string]string{}}
+	c := &cluster{t: t, bin: bin, dir: state, start: time.Now(), logs: map[string]string{}}
 	ports := freePorts(t, 5)
 	api := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	kubelets := map[string]int{nodeIP: ports[3], secondNode.ip: ports[4]}
@@ -102,6 +109,13 @@ egressSelections:
 	c.startControlPlane(planePorts{etcd: ports[0], etcdPeer: ports[1], api: ports[2],
 		apiFlags: []string{"--bind-address=127.0.0.1", "--egress-selector-config-file=" + egress}}, api)
 	c.startSnapshotController()
+
+	// The storage suite's runs the guest asks for.
+	out := cmp.Or(os.Getenv("NFSDIR_E2E_SUITE_OUT"), filepath.Join(state, "storage-e2e"))
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); c.serveSuiteRuns(ctx, bin, out, os.Stdout) }()
+	t.Cleanup(func() { cancel(); <-served })
 
 	fwd := fmt.Sprintf("guestfwd=tcp:%s-cmd:busybox nc 127.0.0.1 %d,hostfwd=tcp:127.0.0.1:%d-%s:10250,hostfwd=tcp:127.0.0.1:%d-%s:%d",
 		apiForward, ports[2], kubelets[nodeIP], hostNetIP, kubelets[secondNode.ip], hostNetIP, workerKubeletPort)

@@ -663,11 +663,11 @@ const multiNodeSpecs = `External.Storage.*nfsdir\.csi\.io.*on different node`
 // wanted a second node (the concurrent access from pods on different
 // nodes, and two volumes across pod re-creation on another node) run.
 func (c *cluster) storageSuiteAcrossNodes() {
-	sum := c.runStorageSuite(multiNodeSpecs, suiteSkip, 2, 15*time.Minute, filepath.Join(c.dir, "storage-e2e"))
-	if sum.passed < 2 {
-		c.t.Errorf("%d multi-node specs passed, want at least 2", sum.passed)
+	sum := c.runStorageSuite(suiteRun{Focus: multiNodeSpecs, Skip: suiteSkip, Procs: 2, Limit: 15 * time.Minute})
+	if sum.Passed < 2 {
+		c.t.Errorf("%d multi-node specs passed, want at least 2", sum.Passed)
 	}
-	for r := range sum.skipReasons {
+	for r := range sum.SkipReasons {
 		if strings.Contains(r, "node") && strings.Contains(r, "2") {
 			c.t.Errorf("a multi-node spec still skipped for want of nodes: %q", r)
 		}

@@ -80,7 +80,8 @@ func quickSelection(focus, skip string) (string, string) {
 // TestKubernetesStorageSuite runs Kubernetes' own storage e2e suite
 // (e2e.test of k8s.io/kubernetes v1.35.4 with test/e2e/storage/external)
 // against nfsdir installed with the chart, with the capabilities declared
-// in testdata/storage-e2e-driver.yaml (make e2e-storage).
+// in testdata/storage-e2e-driver.yaml, on a cluster of its own (make
+// e2e-storage; make e2e ends with the quick selection on its cluster).
 func TestKubernetesStorageSuite(t *testing.T) {
 	if os.Getenv("NFSDIR_LAB") != "1" || os.Getenv("NFSDIR_E2E_STORAGE") != "1" {
 		t.Skip("runs in the lab guest: make e2e-storage")
@@ -88,103 +89,154 @@ func TestKubernetesStorageSuite(t *testing.T) {
 	c := startCluster(t)
 	c.tagE2EImages()
 	c.startNFSServer(false)
-	// The directory the declared inline ephemeral volume mounts: nfsdir
-	// mounts an inline volume's directory, it never creates one.
-	sh(t, "mkdir -m 0777 "+filepath.Join(serverDir, inlineDir))
 	c.installDriver("--set", "feature.enableInlineVolume=true")
+	c.storageSuite(suiteRunFromEnv())
+}
 
-	focus, skip := suiteFocus, suiteSkip
+// suiteRunFromEnv is the selection make e2e-storage asks for: the suite's
+// specs for nfsdir (NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP replace the
+// defaults, NFSDIR_E2E_QUICK=1 narrows them to quickSpecs),
+// NFSDIR_E2E_PROCS at a time for at most NFSDIR_E2E_MINUTES.
+func suiteRunFromEnv() suiteRun {
+	r := suiteRun{Focus: suiteFocus, Skip: suiteSkip, Procs: 3, Limit: 50 * time.Minute}
 	if f := os.Getenv("NFSDIR_E2E_FOCUS"); f != "" {
-		focus = f
+		r.Focus = f
 	}
 	if s := os.Getenv("NFSDIR_E2E_SKIP"); s != "" {
-		skip = s
+		r.Skip = s
 	}
 	if os.Getenv("NFSDIR_E2E_QUICK") == "1" {
-		focus, skip = quickSelection(focus, skip)
+		r.Focus, r.Skip = quickSelection(r.Focus, r.Skip)
 	}
-	procs := 3
 	if n, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_PROCS")); err == nil && n > 0 {
-		procs = n
+		r.Procs = n
 	}
-	limit := 50 * time.Minute
 	if m, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_MINUTES")); err == nil && m > 0 {
-		limit = time.Duration(m) * time.Minute
+		r.Limit = time.Duration(m) * time.Minute
 	}
-	c.runStorageSuite(focus, skip, procs, limit, "/out/storage-e2e")
+	return r
+}
+
+// quickStorageSuite is make e2e's last step: the quick selection of the
+// storage suite on the scenarios' cluster.
+func (c *cluster) quickStorageSuite() {
+	r := suiteRun{Procs: 3, Limit: 30 * time.Minute}
+	r.Focus, r.Skip = quickSelection(suiteFocus, suiteSkip)
+	c.storageSuite(r)
+}
+
+// storageSuite readies the cluster for the suite's selection r (its
+// images, the inline volume's directory, inline volumes enabled) and runs
+// it.
+func (c *cluster) storageSuite(r suiteRun) {
+	c.tagE2EImages()
+	// The directory the declared inline ephemeral volume mounts: nfsdir
+	// mounts an inline volume's directory, it never creates one.
+	sh(c.t, "mkdir -p -m 0777 "+filepath.Join(serverDir, inlineDir))
+	d, err := c.kube.StorageV1().CSIDrivers().Get(context.Background(), driverName, metav1GetOptions)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !slices.Contains(d.Spec.VolumeLifecycleModes, "Ephemeral") {
+		c.helm("upgrade", release, filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS, "--reuse-values",
+			"--set", "feature.enableInlineVolume=true")
+		c.driverRunning("driver with inline volumes running")
+	}
+	c.runStorageSuite(r)
 }
 
 // tagE2EImages tags the lab's images with the names the storage suite's
 // pods use, on this guest's containerd.
 func (c *cluster) tagE2EImages() {
 	for name, from := range e2eImages {
-		c.ctr("-n", "k8s.io", "images", "tag", from, name)
+		c.ctr("-n", "k8s.io", "images", "tag", "--force", from, name)
 	}
 }
 
-// runStorageSuite runs the storage suite's specs that match focus and not
-// skip, procs at a time, for at most limit, with its report in dir; it
-// fails the test when a spec fails or none passes, and returns the run's
-// summary.
-func (c *cluster) runStorageSuite(focus, skip string, procs int, limit time.Duration, report string) suiteSummary {
+// runStorageSuite has the host run the storage suite's selection r
+// (serveSuiteRuns) and checks its outcome: it fails the test when a spec
+// failed or none passed, and returns the run's summary.
+func (c *cluster) runStorageSuite(r suiteRun) suiteSummary {
 	t := c.t
-	os.MkdirAll(report, 0o755)
-	driverDef, _ := filepath.Abs(filepath.Join("testdata", "storage-e2e-driver.yaml"))
-	// Ginkgo stops at limit and reports; the context is the backstop.
-	ctx, cancel := context.WithTimeout(context.Background(), limit+5*time.Minute)
-	defer cancel()
-	// The Ginkgo CLI runs the specs in parallel processes of e2e.test: under
-	// emulation a spec mostly waits for pods, so a few run side by side.
-	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "ginkgo"),
-		"--procs="+strconv.Itoa(procs), "-v", "--no-color", "--timeout="+limit.String(),
-		"--focus="+focus, "--skip="+skip, "--junit-report="+filepath.Join(report, "junit.xml"),
-		filepath.Join(c.bin, "e2e.test"), "--",
-		"--kubeconfig="+c.admin, "--provider=local", "--storage.testdriver="+driverDef, "--report-dir="+report,
-		"--node-os-distro=debian", "--non-blocking-taints=node-role.kubernetes.io/control-plane")
-	cmd.Dir = c.dir
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.admin, "HOME="+c.dir, "PATH="+c.bin+":"+os.Getenv("PATH"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	full, err := os.Create(filepath.Join(report, "suite.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer full.Close()
-	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sum := scanSuiteOutput(stdout, full, os.Stdout)
-	err = cmd.Wait()
-	c.stage("storage e2e suite finished after " + time.Since(began).Round(time.Second).String())
+	sum, err := c.askHost(r)
+	c.stage("storage e2e suite finished")
 	t.Logf("storage e2e suite: ran %d of %d specs: %d passed, %d failed, %d pending, %d skipped",
-		sum.ran, sum.total, sum.passed, sum.failed, sum.pending, sum.skipped)
-	reasons := slices.SortedFunc(maps.Keys(sum.skipReasons), func(a, b string) int {
-		return cmp.Or(sum.skipReasons[b]-sum.skipReasons[a], strings.Compare(a, b))
+		sum.Ran, sum.Total, sum.Passed, sum.Failed, sum.Pending, sum.Skipped)
+	reasons := slices.SortedFunc(maps.Keys(sum.SkipReasons), func(a, b string) int {
+		return cmp.Or(sum.SkipReasons[b]-sum.SkipReasons[a], strings.Compare(a, b))
 	})
 	for _, r := range reasons {
-		t.Logf("skipped at run time: %3d × %s", sum.skipReasons[r], r)
+		t.Logf("skipped at run time: %3d × %s", sum.SkipReasons[r], r)
 	}
-	if sum.total == 0 {
+	if sum.Total == 0 {
 		t.Fatalf("the suite printed no summary (exit: %v)", err)
 	}
-	if sum.failed > 0 || err != nil {
-		t.Errorf("the storage e2e suite failed: %d failed specs (exit: %v); full output and JUnit report in %s", sum.failed, err, report)
+	if sum.Failed > 0 || err != nil {
+		t.Errorf("the storage e2e suite failed: %d failed specs (exit: %v); the full output and JUnit report are in the host's report directory", sum.Failed, err)
 	}
-	if sum.passed == 0 {
+	if sum.Passed == 0 {
 		t.Error("no spec of the storage e2e suite passed")
 	}
 	return sum
 }
 
+// execSuite runs the storage suite's selection r with the Ginkgo CLI and
+// e2e.test in bin against the cluster of kubeconfig, with its report,
+// full output and driver definition in report, and a line per finished
+// spec on progress.
+func execSuite(ctx context.Context, bin, kubeconfig, report string, r suiteRun, progress io.Writer) (suiteSummary, error) {
+	if err := os.MkdirAll(report, 0o755); err != nil {
+		return suiteSummary{}, err
+	}
+	// The driver definition names its class files by their path in the
+	// guest (/work/pkg is this package's directory there).
+	def, err := os.ReadFile(filepath.Join("testdata", "storage-e2e-driver.yaml"))
+	if err != nil {
+		return suiteSummary{}, err
+	}
+	here, err := filepath.Abs(".")
+	if err != nil {
+		return suiteSummary{}, err
+	}
+	driverDef := filepath.Join(report, "storage-e2e-driver.yaml")
+	if err := os.WriteFile(driverDef, []byte(strings.ReplaceAll(string(def), "/work/pkg/", here+"/")), 0o644); err != nil {
+		return suiteSummary{}, err
+	}
+	// Ginkgo stops at the limit and reports; the context is the backstop.
+	ctx, cancel := context.WithTimeout(ctx, r.Limit+5*time.Minute)
+	defer cancel()
+	// The Ginkgo CLI runs the specs in parallel processes of e2e.test: a
+	// spec mostly waits for pods, so a few run side by side.
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ginkgo"),
+		"--procs="+strconv.Itoa(r.Procs), "-v", "--no-color", "--timeout="+r.Limit.String(),
+		"--focus="+r.Focus, "--skip="+r.Skip, "--junit-report="+filepath.Join(report, "junit.xml"),
+		filepath.Join(bin, "e2e.test"), "--",
+		"--kubeconfig="+kubeconfig, "--provider=local", "--storage.testdriver="+driverDef, "--report-dir="+report,
+		"--node-os-distro=debian", "--non-blocking-taints=node-role.kubernetes.io/control-plane")
+	cmd.Dir = report
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HOME="+report, "PATH="+bin+":"+os.Getenv("PATH"))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return suiteSummary{}, err
+	}
+	cmd.Stderr = cmd.Stdout
+	full, err := os.Create(filepath.Join(report, "suite.log"))
+	if err != nil {
+		return suiteSummary{}, err
+	}
+	defer full.Close()
+	if err := cmd.Start(); err != nil {
+		return suiteSummary{}, err
+	}
+	sum := scanSuiteOutput(stdout, full, progress)
+	return sum, cmd.Wait()
+}
+
 // suiteSummary is the last summary a Ginkgo run printed, with the reasons
 // given for the specs skipped at run time.
 type suiteSummary struct {
-	ran, total, passed, failed, pending, skipped int
-	skipReasons                                  map[string]int // reason → specs
+	Ran, Total, Passed, Failed, Pending, Skipped int
+	SkipReasons                                  map[string]int // reason → specs
 }
 
 var (
@@ -209,12 +261,12 @@ var (
 // line per finished spec (result, text and any skip or failure reason) to
 // progress, and picks up the run's summary.
 func scanSuiteOutput(r io.Reader, full, progress io.Writer) suiteSummary {
-	s := suiteSummary{skipReasons: map[string]int{}}
+	s := suiteSummary{SkipReasons: map[string]int{}}
 	atoi := func(x string) int { n, _ := strconv.Atoi(x); return n }
 	var result, text, reason string
 	flush := func() {
 		if strings.HasPrefix(result, "S [SKIPPED]") && text != "" {
-			s.skipReasons[reason]++
+			s.SkipReasons[reason]++
 		}
 		if result != "" && text != "" {
 			line := result + " " + text
@@ -241,11 +293,11 @@ func scanSuiteOutput(r io.Reader, full, progress io.Writer) suiteSummary {
 		}
 		if m := ranLine.FindStringSubmatch(line); m != nil {
 			flush()
-			s.ran, s.total = atoi(m[1]), atoi(m[2])
+			s.Ran, s.Total = atoi(m[1]), atoi(m[2])
 			fmt.Fprintln(progress, line)
 		}
 		if m := countsLine.FindStringSubmatch(line); m != nil {
-			s.passed, s.failed, s.pending, s.skipped = atoi(m[1]), atoi(m[2]), atoi(m[3]), atoi(m[4])
+			s.Passed, s.Failed, s.Pending, s.Skipped = atoi(m[1]), atoi(m[2]), atoi(m[3]), atoi(m[4])
 			fmt.Fprintln(progress, line)
 		}
 	}

@@ -54,8 +54,8 @@ FAIL! -- 1 Passed | 1 Failed | 0 Pending | 7671 Skipped
 func TestScanSuiteOutput(t *testing.T) {
 	var full, progress strings.Builder
 	got := scanSuiteOutput(strings.NewReader(suiteOutput), &full, &progress)
-	want := suiteSummary{ran: 2, total: 7673, passed: 1, failed: 1, pending: 0, skipped: 7671,
-		skipReasons: map[string]int{"Driver nfsdir.csi.io doesn't support Block -- skipping": 1}}
+	want := suiteSummary{Ran: 2, Total: 7673, Passed: 1, Failed: 1, Pending: 0, Skipped: 7671,
+		SkipReasons: map[string]int{"Driver nfsdir.csi.io doesn't support Block -- skipping": 1}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("summary = %+v, want %+v", got, want)
 	}
