@@ -149,8 +149,7 @@ ETCD_VERSION := v3.6.16
 CSI_PROVISIONER_VERSION := v5.3.0
 CSI_RESIZER_VERSION := v1.14.0
 CSI_SNAPSHOTTER_VERSION := v8.7.0
-# Built from release sources by tests/k8s/sidecars/build-release.sh, which pins them,
-# for the registration tests (make unit).
+# Built from release sources by tests/k8s/sidecars/build-release.sh, which pins them.
 NODE_DRIVER_REGISTRAR_VERSION := v2.15.0
 LIVENESSPROBE_VERSION := v2.17.0
 k8s-bins:
@@ -180,18 +179,19 @@ k8s-e2e-bins:
 ## lab-images: container images for the end-to-end lab as docker-archive tarballs
 ## (no Docker engine, no registry): nfsdir (the static binary plus the runtime
 ## contents the Dockerfile installs), pause, busybox (with the lab's lablock, for
-## the lock scenarios: Debian's busybox has no flock), and the
-## node-driver-registrar and livenessprobe stand-ins.
+## the lock scenarios: Debian's busybox has no flock), and node-driver-registrar and
+## livenessprobe built from their release sources (tests/k8s/sidecars/build-release.sh).
 lab-images: lab-deps
 	mkdir -p bin/images bin/k8s-tools bin/lab
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	cd tests/k8s && for p in imagebuild pause registrar livenessprobe lablock; do \
+	cd tests/k8s && for p in imagebuild pause lablock; do \
 		$(GO) build -o $(CURDIR)/bin/k8s-tools/$$p ./images/$$p || exit 1; done
+	tests/k8s/sidecars/build-release.sh bin/k8s
 	bin/k8s-tools/imagebuild -o bin/images/pause.tar -tag lab.local/pause:3.10 -entrypoint /pause -file bin/k8s-tools/pause:/pause
-	bin/k8s-tools/imagebuild -o bin/images/registrar.tar -tag lab.local/csi-node-driver-registrar:lab \
-		-entrypoint /csi-node-driver-registrar -file bin/k8s-tools/registrar:/csi-node-driver-registrar
-	bin/k8s-tools/imagebuild -o bin/images/livenessprobe.tar -tag lab.local/livenessprobe:lab \
-		-entrypoint /livenessprobe -file bin/k8s-tools/livenessprobe:/livenessprobe
+	bin/k8s-tools/imagebuild -o bin/images/registrar.tar -tag lab.local/csi-node-driver-registrar:$(NODE_DRIVER_REGISTRAR_VERSION) \
+		-entrypoint /csi-node-driver-registrar -file bin/k8s/csi-node-driver-registrar:/csi-node-driver-registrar
+	bin/k8s-tools/imagebuild -o bin/images/livenessprobe.tar -tag lab.local/livenessprobe:$(LIVENESSPROBE_VERSION) \
+		-entrypoint /livenessprobe -file bin/k8s/livenessprobe:/livenessprobe
 	rm -rf bin/images/nfsdir-rootfs && tests/k8s/nfsdir-rootfs.sh bin/images/nfsdir-rootfs
 	bin/k8s-tools/imagebuild -o bin/images/nfsdir.tar -tag lab.local/nfsdir:lab -entrypoint /nfsdir \
 		-file bin/lab/nfsdir:/nfsdir -tree bin/images/nfsdir-rootfs:/

@@ -95,7 +95,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	if out := run("mnt", "lab.local/nfsdir:lab", "/sbin/mount.nfs", "-V"); !strings.Contains(out, "nfs-utils") {
 		t.Errorf("mount.nfs in the nfsdir image: %q", out)
 	}
-	refs := []string{"lab.local/pause:3.10", "lab.local/csi-node-driver-registrar:lab", "lab.local/livenessprobe:lab"}
+	refs := []string{"lab.local/pause:3.10", "lab.local/csi-node-driver-registrar:v2.15.0", "lab.local/livenessprobe:v2.17.0"}
 	if _, err := os.Stat(filepath.Join(bin, "images", "csi-provisioner.tar")); err == nil {
 		refs = append(refs, "lab.local/csi-provisioner:v5.3.0")
 	}

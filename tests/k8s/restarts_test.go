@@ -73,50 +73,20 @@ func expectedWhileStarting(message string) bool {
 // sidecar that lost its leader lease or its connection to the driver).
 func (c *cluster) noContainerRestarted() {
 	pods := append(c.pods(driverNS, "app.kubernetes.io/name=nfsdir"), c.pods("default", "app=nfs-server")...)
-	c.noRestartsIn(pods, true)
+	c.noRestartsIn(pods)
 }
 
-// noRestartsIn fails the test for every container of pods that restarted.
-// With excuseDeadline, one restart of a sidecar is let pass, and logged,
-// when its own log proves why it left: gRPC's client gave up the first
-// connection to the driver at its connect deadline (see
-// missedConnectDeadline).
-func (c *cluster) noRestartsIn(pods []corev1.Pod, excuseDeadline bool) {
+// noRestartsIn fails the test for every container of pods that restarted,
+// with how it ended and what kubelet and containerd said of its pod.
+func (c *cluster) noRestartsIn(pods []corev1.Pod) {
 	for _, p := range pods {
-		statuses := statusesOf(&p)
-		driverRestarted := slices.ContainsFunc(statuses, func(s corev1.ContainerStatus) bool {
-			return s.Name == "nfsdir" && s.RestartCount > 0
-		})
-		for _, s := range statuses {
-			if s.RestartCount == 0 {
-				continue
+		for _, s := range statusesOf(&p) {
+			if s.RestartCount > 0 {
+				c.t.Errorf("container %s of %s restarted %d times\n%s\n%s", s.Name, p.Name, s.RestartCount,
+					c.terminations(&p), c.describePod(&p))
 			}
-			if excuseDeadline && p.Namespace == driverNS && s.Name != "nfsdir" && !driverRestarted && s.RestartCount == 1 {
-				if prev, err := c.previousLog(&p, s.Name); err == nil && missedConnectDeadline(prev) {
-					c.t.Logf("%s of %s exited once: its gRPC client closed its first connection to the driver at the connect deadline (the driver kept running):\n%s",
-						s.Name, p.Name, prev)
-					continue
-				}
-			}
-			c.t.Errorf("container %s of %s restarted %d times\n%s\n%s", s.Name, p.Name, s.RestartCount,
-				c.terminations(&p), c.describePod(&p))
 		}
 	}
-}
-
-// missedConnectDeadline reports whether a sidecar's log (with gRPC's
-// transport log on: grpcLogEnv) shows that its own gRPC client closed the
-// connection it was setting up to the driver because its connect deadline
-// passed, and that the sidecar then exited on the "lost" connection. The
-// sidecars' connection library (csi-lib-utils) gives grpc no minimum
-// connect timeout, so that deadline is grpc's first back-off, about 1 s,
-// for the dial, the HTTP/2 handshake and the client's own bookkeeping
-// after it: a client kept off the CPU that long closes even a connection
-// whose handshake succeeded, and exits as if the driver had gone.
-func missedConnectDeadline(log string) bool {
-	aborted := strings.Index(log, "Aborting due to connect deadline expiring")
-	lost := strings.Index(log, "Lost connection to CSI driver, exiting")
-	return aborted >= 0 && lost > aborted
 }
 
 // grpcLogEnv turns on the transport log of gRPC's Go client in a sidecar:
@@ -197,7 +167,7 @@ func (c *cluster) replacedControllerStarts(what, selector string, old []corev1.P
 		return true, nil
 	})
 	c.stage(fmt.Sprintf("%s: started and Ready in %.0fs", what, time.Since(began).Seconds()))
-	c.noRestartsIn([]corev1.Pod{current}, false)
+	c.noRestartsIn([]corev1.Pod{current})
 }
 
 // terminations tells how each container of p last ended and what kubelet

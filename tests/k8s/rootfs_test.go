@@ -1,5 +1,5 @@
-// Package k8s holds the end-to-end lab's own tools: the image builder, the
-// pause image and the stand-ins for node-driver-registrar and livenessprobe.
+// Package k8s is the Kubernetes end-to-end lab: its clusters in qemu
+// guests, the images they run and the scenarios run on them.
 package k8s
 
 import (
