@@ -31,18 +31,7 @@ type adoptArgs struct {
 
 func parseAdopt(args []string) (adoptArgs, error) {
 	a := adoptArgs{}
-	fs := pflag.NewFlagSet("nfsdir adopt", pflag.ContinueOnError)
-	fs.StringVar(&a.server, "server", "", "NFS server (required)")
-	fs.StringVar(&a.share, "share", "", "exported path (required)")
-	fs.StringVar(&a.subDir, "subdir", "", "existing directory below the share to hand over (required)")
-	fs.StringVar(&a.name, "name", "", "volume name to record (default: the PV name to create, adopted-<last subdir element>)")
-	fs.StringVar(&a.onDelete, "on-delete", "retain", "what DeleteVolume will do with it: retain, archive or delete")
-	fs.StringVar(&a.mountOptions, "mount-options", "", "mount options for the share, comma separated (as the StorageClass mountOptions)")
-	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "the controller's --state-dir")
-	fs.StringVar(&a.driver, "driver-name", config.DefaultDriverName, "the driver name, for the printed PersistentVolume")
-	fs.StringVar(&a.legacyID, "legacy-id", "", "csi-driver-nfs volume handle (server#share#subDir#uuid#onDelete) of the PersistentVolume that keeps using the directory while nfsdir serves under csi-driver-nfs's name; DeleteVolume of that handle then follows --on-delete. Sets --server, --share and --subdir when they are not given")
-	fs.Int64Var(&a.capacity, "capacity", 0, "capacity in bytes to record (informational; NFS directories have no quota)")
-	fs.DurationVar(&a.timeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting the share may take")
+	fs := adoptFlags(&a)
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
@@ -61,6 +50,23 @@ func parseAdopt(args []string) (adoptArgs, error) {
 		a.name = "adopted-" + filepath.Base(a.subDir)
 	}
 	return a, nil
+}
+
+// adoptFlags defines the flags of nfsdir adopt, filling a.
+func adoptFlags(a *adoptArgs) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("nfsdir adopt", pflag.ContinueOnError)
+	fs.StringVar(&a.server, "server", "", "NFS server (required)")
+	fs.StringVar(&a.share, "share", "", "exported path (required)")
+	fs.StringVar(&a.subDir, "subdir", "", "existing directory below the share to hand over (required)")
+	fs.StringVar(&a.name, "name", "", "volume name to record (default: the PV name to create, adopted-<last subdir element>)")
+	fs.StringVar(&a.onDelete, "on-delete", "retain", "what DeleteVolume will do with it: retain, archive or delete")
+	fs.StringVar(&a.mountOptions, "mount-options", "", "mount options for the share, comma separated (as the StorageClass mountOptions)")
+	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "the controller's --state-dir")
+	fs.StringVar(&a.driver, "driver-name", config.DefaultDriverName, "the driver name, for the printed PersistentVolume")
+	fs.StringVar(&a.legacyID, "legacy-id", "", "csi-driver-nfs volume handle (server#share#subDir#uuid#onDelete) of the PersistentVolume that keeps using the directory while nfsdir serves under csi-driver-nfs's name; DeleteVolume of that handle then follows --on-delete. Sets --server, --share and --subdir when they are not given")
+	fs.Int64Var(&a.capacity, "capacity", 0, "capacity in bytes to record (informational; NFS directories have no quota)")
+	fs.DurationVar(&a.timeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting the share may take")
+	return fs
 }
 
 // runAdopt hands an existing directory over to nfsdir (see provision.Adopt)

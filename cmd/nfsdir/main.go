@@ -2,10 +2,9 @@
 // volumes: every volume is a subdirectory of the export.
 //
 // `nfsdir [flags]` serves CSI; `nfsdir adopt [flags]` hands an existing
-// directory over to nfsdir (see README, "Adopting existing data");
+// directory over to nfsdir (docs/migration.md, "Adopting existing data");
 // `nfsdir migrate [flags]` moves the PVs of csi-driver-nfs or
-// nfs-subdir-external-provisioner over (README, "Migrating from
-// csi-driver-nfs / nfs-subdir-external-provisioner").
+// nfs-subdir-external-provisioner over (docs/migration.md).
 package main
 
 import (
@@ -63,9 +62,16 @@ func main() {
 	klog.Flush()
 }
 
-func parseFlags(args []string) (config.Config, bool, error) {
-	cfg := config.Default()
-	cfg.Version = version.Version
+// driverFlagValues are the driver's flags whose values parseFlags
+// converts before they reach the configuration.
+type driverFlagValues struct {
+	mode, onDelete *string
+	showVersion    *bool
+}
+
+// driverFlags defines the driver's own flags (klog's are added by
+// parseFlags), filling cfg.
+func driverFlags(cfg *config.Config) (*pflag.FlagSet, driverFlagValues) {
 	fs := pflag.NewFlagSet("nfsdir", pflag.ContinueOnError)
 	fs.StringVar(&cfg.Endpoint, "endpoint", cfg.Endpoint, "CSI endpoint: unix:///path/to/csi.sock or tcp://host:port")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID (required for the node service)")
@@ -103,6 +109,14 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	fs.StringVar(&cfg.LogFormat, "logging-format", "text", "log format: text (klog) or json (one JSON object per line)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.BoolVar(&cfg.CheckOnly, "check-config", false, "validate the flags and exit without serving")
+	return fs, driverFlagValues{mode: mode, onDelete: onDelete, showVersion: showVersion}
+}
+
+func parseFlags(args []string) (config.Config, bool, error) {
+	cfg := config.Default()
+	cfg.Version = version.Version
+	fs, v := driverFlags(&cfg)
+	mode, onDelete, showVersion := v.mode, v.onDelete, v.showVersion
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)

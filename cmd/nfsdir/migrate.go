@@ -35,6 +35,21 @@ type migrateArgs struct {
 
 func parseMigrate(args []string) (migrateArgs, error) {
 	var a migrateArgs
+	fs := migrateFlags(&a)
+	if err := fs.Parse(args); err != nil {
+		return a, err
+	}
+	if a.from != migrate.FromCSIDriverNFS && a.from != migrate.FromNFSSubdir {
+		return a, fmt.Errorf("--from %q: want %s or %s", a.from, migrate.FromCSIDriverNFS, migrate.FromNFSSubdir)
+	}
+	if fs.NArg() > 0 {
+		return a, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return a, nil
+}
+
+// migrateFlags defines the flags of nfsdir migrate, filling a.
+func migrateFlags(a *migrateArgs) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("nfsdir migrate", pflag.ContinueOnError)
 	fs.StringVar(&a.from, "from", "", "the incumbent: "+migrate.FromCSIDriverNFS+" or "+migrate.FromNFSSubdir+" (required)")
 	fs.StringVar(&a.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
@@ -48,16 +63,7 @@ func parseMigrate(args []string) (migrateArgs, error) {
 	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "directory for this run's share mounts (below migrate/<pid>) and the controller's long mount options")
 	fs.DurationVar(&a.mountTimeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting a share may take")
 	fs.DurationVar(&a.wait, "wait", 2*time.Minute, "how long to wait for the API server (an old PV object gone, a claim bound again)")
-	if err := fs.Parse(args); err != nil {
-		return a, err
-	}
-	if a.from != migrate.FromCSIDriverNFS && a.from != migrate.FromNFSSubdir {
-		return a, fmt.Errorf("--from %q: want %s or %s", a.from, migrate.FromCSIDriverNFS, migrate.FromNFSSubdir)
-	}
-	if fs.NArg() > 0 {
-		return a, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return a, nil
+	return fs
 }
 
 // selected returns the plan's PV filter for the flags.

@@ -31,19 +31,7 @@ type quotaAgentArgs struct {
 
 func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 	var a quotaAgentArgs
-	fs := pflag.NewFlagSet("nfsdir quota-agent", pflag.ContinueOnError)
-	fs.StringVar(&a.listen, "listen", ":29700", "host:port to serve the quota API on (TCP, mutual TLS)")
-	fs.StringArrayVar(&a.exports, "export", nil, "an export root: share=directory, the share as NFS clients mount it and its local directory (repeatable; e.g. /srv/k8s=/srv/k8s, or /=/srv/nfs for an NFSv4 root)")
-	fs.StringArrayVar(&a.copyExports, "copy-export", nil, "an export root served for server-side copies only (snapshots, restores, clones), on any file system: share=directory (repeatable)")
-	fs.IntVar(&a.copyWorkers, "copy-workers", 2, "copies made at once; more wait their turn")
-	fs.Float64Var(&a.copyRate, "copy-rate", 0, "entries per second all copies together make at most, so that they leave the server to its clients (0: no bound)")
-	fs.StringVar(&a.tls.Cert, "tls-cert", "", "the agent's certificate (PEM; read again when it changes)")
-	fs.StringVar(&a.tls.Key, "tls-key", "", "its private key (PEM)")
-	fs.StringVar(&a.tls.CA, "client-ca", "", "the CA that signs the controller's client certificates (PEM)")
-	fs.StringArrayVar(&a.ids.Controllers, "allow-controller", []string{quotaagent.DefaultControllerIdentity}, "an identity (URI or DNS subject alternative name) of client certificates that may call every method: make and remove volumes, set and clear quotas, copy (repeatable)")
-	fs.StringArrayVar(&a.ids.Readers, "allow-reader", nil, "an identity of client certificates that may only read quotas, follow copies and probe (repeatable)")
-	fs.StringVar(&a.projects, "projects", "100000-199999", "the project IDs the agent gives volumes, first-last; others are never touched")
-	fs.StringVar(&a.auditLog, "audit-log", "", "file to append one JSON line per change to (the log gets them too)")
+	fs := quotaAgentFlags(&a)
 	if err := fs.Parse(args); err != nil {
 		return a, quotaagent.Config{}, err
 	}
@@ -78,8 +66,26 @@ func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 	return a, cfg, nil
 }
 
-// runQuotaAgent serves the quota API on the NFS server host (README,
-// "Hard quotas").
+// quotaAgentFlags defines the flags of nfsdir quota-agent, filling a.
+func quotaAgentFlags(a *quotaAgentArgs) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("nfsdir quota-agent", pflag.ContinueOnError)
+	fs.StringVar(&a.listen, "listen", ":29700", "host:port to serve the quota API on (TCP, mutual TLS)")
+	fs.StringArrayVar(&a.exports, "export", nil, "an export root: share=directory, the share as NFS clients mount it and its local directory (repeatable; e.g. /srv/k8s=/srv/k8s, or /=/srv/nfs for an NFSv4 root)")
+	fs.StringArrayVar(&a.copyExports, "copy-export", nil, "an export root served for server-side copies only (snapshots, restores, clones), on any file system: share=directory (repeatable)")
+	fs.IntVar(&a.copyWorkers, "copy-workers", 2, "copies made at once; more wait their turn")
+	fs.Float64Var(&a.copyRate, "copy-rate", 0, "entries per second all copies together make at most, so that they leave the server to its clients (0: no bound)")
+	fs.StringVar(&a.tls.Cert, "tls-cert", "", "the agent's certificate (PEM; read again when it changes)")
+	fs.StringVar(&a.tls.Key, "tls-key", "", "its private key (PEM)")
+	fs.StringVar(&a.tls.CA, "client-ca", "", "the CA that signs the controller's client certificates (PEM)")
+	fs.StringArrayVar(&a.ids.Controllers, "allow-controller", []string{quotaagent.DefaultControllerIdentity}, "an identity (URI or DNS subject alternative name) of client certificates that may call every method: make and remove volumes, set and clear quotas, copy (repeatable)")
+	fs.StringArrayVar(&a.ids.Readers, "allow-reader", nil, "an identity of client certificates that may only read quotas, follow copies and probe (repeatable)")
+	fs.StringVar(&a.projects, "projects", "100000-199999", "the project IDs the agent gives volumes, first-last; others are never touched")
+	fs.StringVar(&a.auditLog, "audit-log", "", "file to append one JSON line per change to (the log gets them too)")
+	return fs
+}
+
+// runQuotaAgent serves the quota API on the NFS server host
+// (docs/capacity-and-quotas.md, "Hard quotas").
 func runQuotaAgent(args []string, _ io.Writer) error {
 	a, cfg, err := parseQuotaAgent(args)
 	if err != nil {

@@ -142,7 +142,7 @@ func writeSynced(name string, b []byte) error {
 func (c *nodeClaims) run(ctx context.Context, volumeID string, wait bool, op func(context.Context, publock.Files) error) error {
 	id, err := volumeid.Parse(volumeID)
 	if err != nil {
-		return nil // not an nfsdir volume: no claims (README)
+		return nil // not an nfsdir volume: no claims (docs/access-modes.md)
 	}
 	acquired := c.inflight.TryAcquire(volumeID)
 	if !acquired && wait {

@@ -81,7 +81,9 @@ func TestCreateVolumeRejectsBadInputAndTouchesNothing(t *testing.T) {
 	}
 }
 
-func TestProbeIsReadyOnlyWhenServing(t *testing.T) {
+// newDriver returns a driver of both services on a fake mounter, not
+// serving.
+func newDriver(t *testing.T) *Driver {
 	dir := t.TempDir()
 	cfg := config.Default()
 	cfg.NodeID, cfg.StateDir = "n", filepath.Join(dir, "state")
@@ -89,6 +91,11 @@ func TestProbeIsReadyOnlyWhenServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+func TestProbeIsReadyOnlyWhenServing(t *testing.T) {
+	d := newDriver(t)
 	if d.ready() == nil {
 		t.Error("ready before serving")
 	}

@@ -25,7 +25,39 @@ type Metrics struct {
 	latency      *prometheus.HistogramVec
 	agentCalls   *prometheus.CounterVec
 	agentLatency *prometheus.HistogramVec
+
+	mu        sync.Mutex
+	described []Described
 }
+
+// Described is one of nfsdir's own metrics: its name, help and labels.
+type Described struct {
+	Name, Help string
+	Labels     []string
+}
+
+// describe records a metric nfsdir registers.
+func (m *Metrics) describe(name, help string, labels ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.described = append(m.described, Described{Name: name, Help: help, Labels: labels})
+}
+
+// Described returns nfsdir's own metrics (not Go's and the process's), in
+// the order they were registered.
+func (m *Metrics) Described() []Described {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Described(nil), m.described...)
+}
+
+// Help of the metrics New registers.
+const (
+	callsHelp        = "CSI calls served, by method and gRPC status code."
+	latencyHelp      = "Time to serve a CSI call, by method."
+	agentCallsHelp   = "Calls to quota and copy agents, by agent (its endpoint, as StorageClasses name it), method and gRPC status code."
+	agentLatencyHelp = "Time a call to a quota or copy agent took, connecting included, by agent and method."
+)
 
 // New returns the collectors, registered in a registry of their own with
 // the Go runtime and process collectors.
@@ -34,25 +66,29 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nfsdir_csi_operations_total",
-			Help: "CSI calls served, by method and gRPC status code.",
+			Help: callsHelp,
 		}, []string{"method", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "nfsdir_csi_operation_duration_seconds",
-			Help:    "Time to serve a CSI call, by method.",
+			Help:    latencyHelp,
 			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"method"}),
 	}
 	m.agentCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nfsdir_agent_calls_total",
-		Help: "Calls to quota and copy agents, by agent (its endpoint, as StorageClasses name it), method and gRPC status code.",
+		Help: agentCallsHelp,
 	}, []string{"agent", "method", "code"})
 	m.agentLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "nfsdir_agent_call_duration_seconds",
-		Help:    "Time a call to a quota or copy agent took, connecting included, by agent and method.",
+		Help:    agentLatencyHelp,
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 120, 600, 3600},
 	}, []string{"agent", "method"})
 	m.reg.MustRegister(m.calls, m.latency, m.agentCalls, m.agentLatency, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.describe("nfsdir_csi_operations_total", callsHelp, "method", "code")
+	m.describe("nfsdir_csi_operation_duration_seconds", latencyHelp, "method")
+	m.describe("nfsdir_agent_calls_total", agentCallsHelp, "agent", "method", "code")
+	m.describe("nfsdir_agent_call_duration_seconds", agentLatencyHelp, "agent", "method")
 	return m
 }
 
@@ -74,12 +110,14 @@ func (m *Metrics) ObserveAgentCall(agent, method, code string, d time.Duration) 
 // Gauge registers a gauge whose value f returns at each scrape.
 func (m *Metrics) Gauge(name, help string, f func() float64) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	m.describe(name, help)
 }
 
 // Counter registers a counter whose value f returns at each scrape; f must
 // never decrease.
 func (m *Metrics) Counter(name, help string, f func() float64) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	m.describe(name, help)
 }
 
 // Handler serves /metrics from the registry.
@@ -186,12 +224,14 @@ func (c *slotConn) Close() error {
 // per share, say: never one per volume).
 func (m *Metrics) GaugeByLabel(name, help, label string, f func() map[string]float64) {
 	m.reg.MustRegister(&labelled{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f, kind: prometheus.GaugeValue})
+	m.describe(name, help, label)
 }
 
 // CounterByLabel registers a counter with one label as GaugeByLabel does
 // a gauge.
 func (m *Metrics) CounterByLabel(name, help, label string, f func() map[string]float64) {
 	m.reg.MustRegister(&labelled{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f, kind: prometheus.CounterValue})
+	m.describe(name, help, label)
 }
 
 type labelled struct {
@@ -227,6 +267,7 @@ func (m *Metrics) CounterTable(families []Family, labels []string, f func() []Ro
 	t := &table{f: f, labels: len(labels)}
 	for _, fam := range families {
 		t.descs = append(t.descs, prometheus.NewDesc(fam.Name, fam.Help, labels, nil))
+		m.describe(fam.Name, fam.Help, labels...)
 	}
 	m.reg.MustRegister(t)
 }

@@ -46,6 +46,32 @@ var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "moun
 	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
 	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore"}
 
+// The keys StorageClass parameters (createKeys) and volume attributes
+// (volumeKeys) may use.
+var (
+	createKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
+		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyPVCName, KeyPVCNamespace, KeyPVName}
+	volumeKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountOptions,
+		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID}
+)
+
+// Documented returns the keys operators set, as the documentation spells
+// them, for each kind of object: "StorageClass" parameters, "volume"
+// attributes (static and inline volumes) and "VolumeAttributesClass"
+// parameters. Keys Kubernetes components add themselves are left out.
+func Documented() map[string][]string {
+	spell := func(keys []string) []string {
+		var out []string
+		for _, k := range keys {
+			if !strings.Contains(k, "/") {
+				out = append(out, cmp.Or(spelling[k], k))
+			}
+		}
+		return out
+	}
+	return map[string][]string{"StorageClass": spell(createKeys), "volume": spell(volumeKeys), "VolumeAttributesClass": spell(mutableKeys)}
+}
+
 // kubernetesPrefixes start the keys Kubernetes components add on their own:
 // csi.storage.k8s.io/ (kubelet's pod info and ephemeral flag, the
 // provisioner's PVC/PV metadata) and storage.kubernetes.io/ (the
@@ -113,8 +139,7 @@ func NeedsClaim(p map[string]string) bool {
 // when the template needs them (NeedsClaim), the claim's labels and
 // annotations.
 func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
-	m, err := lower(p, "parameter", KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyPVCName, KeyPVCNamespace, KeyPVName)
+	m, err := lower(p, "parameter", createKeys...)
 	if err != nil {
 		return Create{}, err
 	}
@@ -221,8 +246,7 @@ const KeyEphemeral = "csi.storage.k8s.io/ephemeral"
 // only to its controller (mountPermissions, onDelete, uid, gid) are accepted
 // and ignored; keys kubelet adds (csi.storage.k8s.io/...) too.
 func ParseVolume(attrs map[string]string) (Volume, error) {
-	m, err := lower(attrs, "volume attribute", KeyServer, KeyShare, KeySubDir, KeyMountOptions,
-		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID)
+	m, err := lower(attrs, "volume attribute", volumeKeys...)
 	if err != nil {
 		return Volume{}, err
 	}

@@ -144,8 +144,8 @@ func Project(f *os.File) (id uint32, inherit bool, err error) {
 
 // SetProject gives the open directory dir project id, with the inherit
 // flag: files and directories created below it get the same project. What
-// is below it already keeps its own project (see the package's README
-// notes: set it on an empty directory).
+// is below it already keeps its own project (set it on an empty
+// directory).
 func SetProject(dir *os.File, id uint32) error {
 	var x fsxattr
 	if err := ioctlXattr(dir, fsIocFsGetXattr, &x); err != nil {

@@ -21,7 +21,7 @@ import (
 // directory was checked through one O_PATH descriptor, the record
 // read by the call reused, the records renamed with one renameat and the
 // share root no longer reopened on a mount that never caches names; the
-// per-call breakdown is in the README). One level down (subDir
+// per-call breakdown is in docs/benchmarks.md). One level down (subDir
 // team/<name>): at most 16 and 26 (20 and 26-27 before the checks above
 // went out at once, the parent was opened once for the new directory and
 // pruned with one rmdir).

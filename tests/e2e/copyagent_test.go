@@ -132,7 +132,7 @@ func tokenOf(t *testing.T, volumeID string) string {
 }
 
 // TestCopyAgentWithLeastPrivilege: an agent serving copies only, run as
-// nobody with exactly the capabilities the README names for copies
+// nobody with exactly the capabilities docs/snapshots.md names for copies
 // (CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE, CAP_CHOWN, CAP_FOWNER,
 // CAP_FSETID), snapshots a hostile tree (other owners, a setgid
 // directory, a directory closed to its owner) attribute for attribute.

@@ -94,7 +94,7 @@ func projectQuotaOn(t *testing.T, root string, full syscall.Errno, rootPasses bo
 		t.Errorf("usage %+v, %v; want about 16 MiB in 2 inodes (the directory and the file)", u, err)
 	}
 	// Root on a no_root_squash export: XFS holds it to the limit too;
-	// ext4 lets it past (the pitfall the README names).
+	// ext4 lets it past (the pitfall docs/capacity-and-quotas.md names).
 	n, rerr := fill(filepath.Join(mnt, "pvc-quota", "root"), 1<<20)
 	if rootPasses && rerr != nil {
 		t.Errorf("root writing past the full project: %v after %d bytes; this file system was expected to let root past", rerr, n)
@@ -549,7 +549,7 @@ func quotaThroughTheController(t *testing.T, root, metricsAddr string, full sysc
 }
 
 // TestQuotaAgentWithLeastPrivilege: the agent runs as an unprivileged
-// user (nobody) with only the capabilities the README's systemd unit
+// user (nobody) with only the capabilities the systemd unit of docs/capacity-and-quotas.md
 // grants (CAP_SYS_ADMIN, CAP_FOWNER, CAP_DAC_READ_SEARCH), and does its
 // whole job: it reads nfsdir's closed records, gives a volume a project
 // and a limit a writer over NFS stops at, reports usage, and clears it.
