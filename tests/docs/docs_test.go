@@ -87,24 +87,57 @@ func resolve(page, target string) string {
 }
 
 // runLog matches what a log of past runs leaves in a text: dates, and
-// sessions, stops or runs by number.
-var runLog = regexp.MustCompile(`\b20\d\d-[01]\d-[0-3]\d\b|(?i)\b(session|stop|run) #?\d+\b`)
+// sessions or stops by number.
+var runLog = regexp.MustCompile(`\b20\d\d-[01]\d-[0-3]\d\b|(?i)\b(session|stop) #?\d+\b|(?i)\brun #\d+\b`)
 
-// TestNoRunLogs: the pages, the Makefile and the chart speak of the
-// product, not of the runs that built it: no dates and no numbered
-// sessions. The changelog's release headings carry their dates.
+// sourceFile reports whether a file of the repository is text the project
+// wrote: pages, code, scripts, the chart and the build files.
+func sourceFile(name string) bool {
+	switch filepath.Ext(name) {
+	case ".md", ".go", ".sh", ".yaml", ".yml", ".tpl", ".json", ".txt":
+		return true
+	}
+	return name == "Makefile" || name == "Dockerfile"
+}
+
+// TestNoRunLogs: the project's text speaks of the product, not of the
+// runs that built it: no dates and no numbered sessions in its pages,
+// code, comments, scripts, chart or build files. The changelog's release
+// headings carry their dates; test data and fetched or built files are
+// not the project's text.
 func TestNoRunLogs(t *testing.T) {
-	files := append(pages(t), "Makefile", "charts/nfsdir/values.yaml", "charts/nfsdir/Chart.yaml")
 	release := regexp.MustCompile(`^## \[\d+\.\d+\.\d+\] - 20\d\d-\d\d-\d\d$`)
-	for _, f := range files {
-		for i, l := range strings.Split(read(t, f), "\n") {
-			if f == "CHANGELOG.md" && release.MatchString(l) {
+	skip := map[string]bool{".git": true, "bin": true, "_output": true, "testdata": true, "vendor": true, "node_modules": true}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if skip[d.Name()] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !sourceFile(d.Name()) {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, l := range strings.Split(string(b), "\n") {
+			if rel == "CHANGELOG.md" && release.MatchString(l) {
 				continue
 			}
 			if m := runLog.FindString(l); m != "" {
-				t.Errorf("%s:%d: %q: %s", f, i+1, m, strings.TrimSpace(l))
+				t.Errorf("%s:%d: %q: %s", rel, i+1, m, strings.TrimSpace(l))
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
