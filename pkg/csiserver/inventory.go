@@ -89,7 +89,7 @@ func (s *Controller) inspect(ctx context.Context, raw string, check bool) (volum
 			if rec, err = a.Lookup(id); err != nil || rec == nil || !check {
 				return err
 			}
-			problems, err = a.Health(rec)
+			problems, err = a.Figures().Health(rec)
 			return err
 		})
 	})

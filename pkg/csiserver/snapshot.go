@@ -71,7 +71,7 @@ func (s *Controller) awaitFill(ctx context.Context, a *provision.Area, share *sh
 	}
 	// Asked for: not abandoned (provision.SweepAbandoned).
 	if after := s.shares.AbandonAfter(); after > 0 {
-		if err := a.MarkAsked(id, rec, after/8); err != nil {
+		if err := a.Pending().MarkAsked(id, rec, after/8); err != nil {
 			return err
 		}
 	}
@@ -87,7 +87,7 @@ func (s *Controller) awaitFill(ctx context.Context, a *provision.Area, share *sh
 	case err != nil:
 		return err
 	case !filling:
-		err := a.HandOut(id, rec)
+		err := a.Pending().HandOut(id, rec)
 		if errors.Is(err, provision.ErrGone) {
 			return fault.New(fault.Aborted, "volume %q was deleted, or changed, while it was being handed out; retry", rec.Name)
 		}

@@ -37,8 +37,8 @@ type Area struct {
 	owner               uint32   // the uid the server gives files nfsdir creates
 
 	umu       sync.Mutex
-	usage     *os.Root // .nfsdir/usage, once opened (usageDir)
-	snapshots *os.Root // .nfsdir/snapshots, once opened (snapshotDir)
+	usage     *os.Root // .nfsdir/usage, once opened (Figures.dir)
+	snapshots *os.Root // .nfsdir/snapshots, once opened (Snapshots.dir)
 	pending   *os.Root // .nfsdir/pending, once opened (pendingDir)
 
 	remote      RemoteCopier // copies by agents on the server (UseRemote)

@@ -198,7 +198,7 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, e
 	var recErr error
 	tail := []func(){func() { recErr = removeRecordChecked(a.records(), id.Key, id.Token, pre.noAside) }}
 	if !rec.Shared && !pre.noFigure {
-		tail = append(tail, func() { a.dropFigure(id.Key, id.Token) })
+		tail = append(tail, func() { a.Figures().drop(id.Key, id.Token) })
 	}
 	if rec.OnDelete != params.Retain && !pre.noMarker {
 		tail = append(tail, func() { a.pruneParents(rec.SubDir) })
@@ -255,7 +255,7 @@ func (a *Area) checkDelete(id volumeid.ID, subDir string, forRemoval bool) delet
 		func() { _, err := a.records().Readlink(id.Key + updateSuffix + id.Token); noUpdate = absent(err) },
 		func() { _, err := a.trash.Lstat(pendingPrefix + trashName(id)); c.noPending = absent(err) },
 		func() { _, err := a.records().Readlink(id.Key + asideSuffix + id.Token); c.noAside = absent(err) },
-		func() { c.noFigure = a.figureAbsent(id.Key) },
+		func() { c.noFigure = a.Figures().absent(id.Key) },
 	}
 	if parents := safepath.Parents(subDir); len(parents) > 0 {
 		checks = append(checks, func() { _, err := a.parents.Lstat(parentMarker(parents[0])); c.noMarker = absent(err) })

@@ -31,14 +31,14 @@ var ErrGone = errors.New("deleted while it was being filled")
 // was deleted. The caller kicks the purge after an error.
 func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copier) (treecopy.Result, error) {
 	var res treecopy.Result
-	s, err := a.LookupSnapshot(id)
+	s, err := a.Snapshots().Lookup(id)
 	if err != nil {
 		return res, err
 	}
 	if s == nil {
 		return res, ErrGone
 	}
-	if ready, err := a.SnapshotReady(s); err != nil || ready {
+	if ready, err := a.Snapshots().Ready(s); err != nil || ready {
 		return res, err
 	}
 	vol, err := readRecord(a.records(), s.SourceKey)
@@ -48,12 +48,12 @@ func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copi
 	if vol == nil || vol.Token != s.SourceToken || vol.FileID == 0 {
 		return res, fault.New(fault.FailedPrecondition, "snapshot %q: its source volume %q was deleted before the snapshot was complete; delete the snapshot", s.Name, s.SourceName)
 	}
-	dir, err := a.snapshotDir(false)
+	dir, err := a.Snapshots().dir(false)
 	if err != nil {
 		return res, err
 	}
 	attempt := s.attemptPrefix() + volumeid.NewToken()
-	if err := a.trashAttempts(dir, s, attempt); err != nil {
+	if err := a.Snapshots().trashAttempts(dir, s, attempt); err != nil {
 		return res, err
 	}
 	if err := dir.Mkdir(attempt, 0o700); err != nil {
@@ -61,31 +61,31 @@ func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copi
 	}
 	src, err := a.openVolumeDir(vol)
 	if err != nil {
-		return res, errors.Join(onShare(err, "open the directory of volume %q", vol.Name), a.trashSnapshotData(dir, attempt))
+		return res, errors.Join(onShare(err, "open the directory of volume %q", vol.Name), a.Snapshots().trashData(dir, attempt))
 	}
 	defer unix.Close(src)
 	dst, err := openAt(dir, attempt)
 	if err != nil {
-		return res, errors.Join(onShare(err, "open %s", path.Join(snapshotsDir, attempt)), a.trashSnapshotData(dir, attempt))
+		return res, errors.Join(onShare(err, "open %s", path.Join(snapshotsDir, attempt)), a.Snapshots().trashData(dir, attempt))
 	}
 	defer unix.Close(dst)
 	res, err = a.copyTree(ctx, c, vol.CopyAgent, src, dst, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, CopyDir{Snapshot: attempt}, true)
 	if err != nil {
-		return res, errors.Join(onShare(err, "snapshot %q of volume %q", s.Name, vol.Name), a.trashSnapshotData(dir, attempt))
+		return res, errors.Join(onShare(err, "snapshot %q of volume %q", s.Name, vol.Name), a.Snapshots().trashData(dir, attempt))
 	}
 	err = renameBetween(dir, attempt, dir, s.dataName())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return res, fault.New(fault.Aborted, "snapshot %q: another attempt took this one's copy away (a second controller); its own copy is what counts", s.Name)
 	case errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY):
-		return res, a.trashSnapshotData(dir, attempt) // another attempt finished first
+		return res, a.Snapshots().trashData(dir, attempt) // another attempt finished first
 	case err != nil:
-		return res, errors.Join(onShare(err, "complete snapshot %q", s.Name), a.trashSnapshotData(dir, attempt))
+		return res, errors.Join(onShare(err, "complete snapshot %q", s.Name), a.Snapshots().trashData(dir, attempt))
 	}
 	// Deleted meanwhile: DeleteSnapshot may have moved the copies before
 	// this rename, so the copy is moved away here.
-	if now, err := a.LookupSnapshot(id); err == nil && now == nil {
-		return res, errors.Join(ErrGone, a.trashSnapshotData(dir, s.dataName()))
+	if now, err := a.Snapshots().Lookup(id); err == nil && now == nil {
+		return res, errors.Join(ErrGone, a.Snapshots().trashData(dir, s.dataName()))
 	}
 	return res, nil
 }
@@ -103,14 +103,14 @@ func (a *Area) checkSource(req Request) error {
 		return nil
 	}
 	if src.Snapshot {
-		s, err := a.LookupSnapshot(volumeid.ID{Key: src.Key, Token: src.Token})
+		s, err := a.Snapshots().Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
 		if err != nil {
 			return err
 		}
 		if s == nil {
 			return fault.New(fault.NotFound, "snapshot %s.%s does not exist on this share", src.Key, src.Token)
 		}
-		ready, err := a.SnapshotReady(s)
+		ready, err := a.Snapshots().Ready(s)
 		if err != nil {
 			return err
 		}
@@ -281,14 +281,14 @@ func (a *Area) openArchive(rel string) (int, error) {
 func (a *Area) openSource(rec *Record) (int, CopyDir, error) {
 	src := rec.Source
 	if src.Snapshot {
-		s, err := a.LookupSnapshot(volumeid.ID{Key: src.Key, Token: src.Token})
+		s, err := a.Snapshots().Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
 		if err != nil {
 			return -1, CopyDir{}, err
 		}
 		if s == nil {
 			return -1, CopyDir{}, fault.New(fault.FailedPrecondition, "volume %q: the snapshot it is restored from was deleted before the restore was complete; delete the volume", rec.Name)
 		}
-		dir, err := a.snapshotDir(false)
+		dir, err := a.Snapshots().dir(false)
 		if err != nil {
 			return -1, CopyDir{}, err
 		}

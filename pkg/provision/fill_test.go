@@ -136,12 +136,12 @@ func TestSnapshotAttemptsNeverLeaveAPartialCopy(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pvc-src", "data"), []byte("source"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := a.CreateSnapshot("snap", idOf(src))
+	snap, err := a.Snapshots().Create("snap", idOf(src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sid := snapshotIDOf(idOf(src), snap)
-	if ready, _ := a.SnapshotReady(snap); ready {
+	if ready, _ := a.Snapshots().Ready(snap); ready {
 		t.Fatal("a snapshot is ready before its copy")
 	}
 	cut := filepath.Join(dir, ".nfsdir", "snapshots", snap.attemptPrefix()+"cutcutcu")
@@ -151,7 +151,7 @@ func TestSnapshotAttemptsNeverLeaveAPartialCopy(t *testing.T) {
 	if _, err := a.FillSnapshot(context.Background(), sid, treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
-	if ready, err := a.SnapshotReady(snap); !ready || err != nil {
+	if ready, err := a.Snapshots().Ready(snap); !ready || err != nil {
 		t.Fatalf("ready = %v, %v after the fill", ready, err)
 	}
 	if _, err := os.Lstat(cut); !errors.Is(err, os.ErrNotExist) {
@@ -166,13 +166,13 @@ func TestSnapshotAttemptsNeverLeaveAPartialCopy(t *testing.T) {
 	if _, err := a.Delete(context.Background(), idOf(src)); err != nil {
 		t.Fatal(err)
 	}
-	if ready, _ := a.SnapshotReady(snap); !ready {
+	if ready, _ := a.Snapshots().Ready(snap); !ready {
 		t.Error("the snapshot went with its source volume")
 	}
-	if err := a.DeleteSnapshot(sid); err != nil {
+	if err := a.Snapshots().Delete(sid); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := a.LookupSnapshot(sid); s != nil {
+	if s, _ := a.Snapshots().Lookup(sid); s != nil {
 		t.Error("the record outlived DeleteSnapshot")
 	}
 	left, _ := os.ReadDir(filepath.Join(dir, ".nfsdir", "snapshots"))
@@ -189,14 +189,14 @@ func TestSnapshotAttemptsNeverLeaveAPartialCopy(t *testing.T) {
 func TestSnapshotSourcesAreChecked(t *testing.T) {
 	_, a := newShare(t)
 	ghost := volumeid.ID{Key: volumeid.KeyForDir("ghost"), Token: "aaaaaaaa"}
-	if _, err := a.CreateSnapshot("s", ghost); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := a.Snapshots().Create("s", ghost); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("snapshot of a volume that does not exist: %v", err)
 	}
 	src, err := a.Create(context.Background(), req("pvc-src", "pvc-src", params.Delete))
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := a.CreateSnapshot("s", idOf(src))
+	snap, err := a.Snapshots().Create("s", idOf(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestSnapshotSourcesAreChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CreateSnapshot("s-shared", idOf(sharer)); fault.KindOf(err) != fault.FailedPrecondition {
+	if _, err := a.Snapshots().Create("s-shared", idOf(sharer)); fault.KindOf(err) != fault.FailedPrecondition {
 		t.Errorf("snapshot of a volume sharing its directory: %v; want FailedPrecondition", err)
 	}
 	clone := req("pvc-clone-shared", "pvc-clone-shared", params.Delete)

@@ -37,8 +37,17 @@ const pendingName = "pending"
 // clock.
 const clockName = ".clock"
 
-func (a *Area) pendingDir(create bool) (*os.Root, error) {
-	return a.lazyMetaDir(pendingName, &a.pending, create)
+// Pending is the room of an Area that keeps the markers of volumes not
+// handed out yet, and discards those nobody asked for.
+type Pending struct{ a *Area }
+
+// Pending returns the area's pending hand-outs.
+func (a *Area) Pending() Pending { return Pending{a} }
+
+// dir returns the open .nfsdir/pending; without create, a share that
+// never had one gives fs.ErrNotExist.
+func (pd Pending) dir(create bool) (*os.Root, error) {
+	return pd.a.lazyMetaDir(pendingName, &pd.a.pending, create)
 }
 
 func pendingMarker(id volumeid.ID) string { return id.Key + "." + id.Token }
@@ -46,11 +55,11 @@ func pendingMarker(id volumeid.ID) string { return id.Key + "." + id.Token }
 // MarkAsked records that a caller asked for the volume rec of id, not
 // handed out yet: its marker is made, or touched when older than fresh.
 // A record without Pending (an older nfsdir's) has no marker.
-func (a *Area) MarkAsked(id volumeid.ID, rec *Record, fresh time.Duration) error {
+func (pd Pending) MarkAsked(id volumeid.ID, rec *Record, fresh time.Duration) error {
 	if !rec.Pending || !rec.Filling {
 		return nil
 	}
-	dir, err := a.pendingDir(true)
+	dir, err := pd.dir(true)
 	if err != nil {
 		return err
 	}
@@ -83,11 +92,11 @@ func touchNow(f *os.File) error {
 // discarded (nobody asked for it for too long) is Aborted: the caller's
 // retry makes a new one. ErrGone: the record is gone (or being updated by
 // another call; a retry finds out which).
-func (a *Area) HandOut(id volumeid.ID, rec *Record) error {
+func (pd Pending) HandOut(id volumeid.ID, rec *Record) error {
 	if !rec.Pending {
 		return nil
 	}
-	done, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
+	done, err := updateRecordIf(pd.a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.Abandoned {
 			return fault.New(fault.Aborted, "volume %q was never handed out and nobody asked for it for too long: it is being discarded; retry to make it anew", r.Name)
 		}
@@ -104,7 +113,7 @@ func (a *Area) HandOut(id volumeid.ID, rec *Record) error {
 		return ErrGone
 	}
 	*rec = *done
-	if dir, err := a.pendingDir(false); err == nil {
+	if dir, err := pd.dir(false); err == nil {
 		if err := dir.Remove(pendingMarker(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			// The record says it: the sweep drops the marker.
 			klog.Warningf("volume %q: handed out; its marker in %s stays until the next sweep: %v", rec.Name, path.Join(safepath.MetaDir, pendingName), err)
@@ -117,8 +126,8 @@ func (a *Area) HandOut(id volumeid.ID, rec *Record) error {
 // never handed out, that nobody asked for in the last after (by the
 // server's clock), and drops markers left behind; it returns the IDs
 // discarded. The caller kicks the purge.
-func (a *Area) SweepAbandoned(ctx context.Context, after time.Duration) ([]volumeid.ID, error) {
-	dir, names, err := metaNames(a.pendingDir, path.Join(safepath.MetaDir, pendingName))
+func (pd Pending) SweepAbandoned(ctx context.Context, after time.Duration) ([]volumeid.ID, error) {
+	dir, names, err := metaNames(pd.dir, path.Join(safepath.MetaDir, pendingName))
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +150,7 @@ func (a *Area) SweepAbandoned(ctx context.Context, after time.Duration) ([]volum
 			continue
 		}
 		id := volumeid.ID{Key: key, Token: token}
-		gone, err := a.abandon(ctx, id, now.Sub(st.ModTime()))
+		gone, err := pd.abandon(ctx, id, now.Sub(st.ModTime()))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -160,12 +169,12 @@ func (a *Area) SweepAbandoned(ctx context.Context, after time.Duration) ([]volum
 // Filling (never handed out); gone reports whether it did. A marker of a
 // volume handed out, or of a record an older nfsdir rewrote, or of one
 // gone, is only dropped.
-func (a *Area) abandon(ctx context.Context, id volumeid.ID, idle time.Duration) (gone bool, err error) {
-	rec, err := a.Lookup(id)
+func (pd Pending) abandon(ctx context.Context, id volumeid.ID, idle time.Duration) (gone bool, err error) {
+	rec, err := pd.a.Lookup(id)
 	if err != nil || rec == nil || !rec.Pending || !rec.Filling {
 		return false, err
 	}
-	done, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
+	done, err := updateRecordIf(pd.a.records(), id.Key, id.Token, func(r *Record) error {
 		if !r.Pending || !r.Filling {
 			return errHandedOut
 		}
@@ -179,7 +188,7 @@ func (a *Area) abandon(ctx context.Context, id volumeid.ID, idle time.Duration) 
 		return false, err
 	}
 	klog.Warningf("volume %q (%q, from %s): never handed out, and nobody asked for it for %s (its claim was deleted while it was being filled, and csi-provisioner restarted): discarding it", done.Name, done.SubDir, done.Source, idle.Round(time.Second))
-	if err := a.DiscardFill(ctx, id); err != nil {
+	if err := pd.a.DiscardFill(ctx, id); err != nil {
 		return false, fmt.Errorf("discard abandoned volume %q: %w", done.Name, err)
 	}
 	return true, nil

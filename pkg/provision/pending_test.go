@@ -21,7 +21,7 @@ func filledClone(t *testing.T) (string, *Area, *Record) {
 	if !rec.Pending {
 		t.Fatalf("a volume made from a source is not Pending: %+v", rec)
 	}
-	if err := a.MarkAsked(idOf(rec), rec, time.Minute); err != nil {
+	if err := a.Pending().MarkAsked(idOf(rec), rec, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
@@ -54,7 +54,7 @@ func TestHandedOutIsNeverAbandoned(t *testing.T) {
 	if _, err := os.Lstat(marker(dir, rec)); err != nil {
 		t.Fatalf("no marker for a volume asked for: %v", err)
 	}
-	if err := a.HandOut(idOf(rec), rec); err != nil {
+	if err := a.Pending().HandOut(idOf(rec), rec); err != nil {
 		t.Fatal(err)
 	}
 	if rec.Filling || rec.Pending || rec.Copied {
@@ -68,7 +68,7 @@ func TestHandedOutIsNeverAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	age(t, dir, rec, 48*time.Hour)
-	gone, err := a.SweepAbandoned(context.Background(), time.Hour)
+	gone, err := a.Pending().SweepAbandoned(context.Background(), time.Hour)
 	if err != nil || len(gone) != 0 {
 		t.Fatalf("SweepAbandoned = %v, %v", gone, err)
 	}
@@ -82,7 +82,7 @@ func TestHandedOutIsNeverAbandoned(t *testing.T) {
 		t.Errorf("the stale marker stays: %v", err)
 	}
 	// A replay of the hand-out is fine.
-	if err := a.HandOut(idOf(rec), rec); err != nil {
+	if err := a.Pending().HandOut(idOf(rec), rec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -94,11 +94,11 @@ func TestAbandonedIsDiscarded(t *testing.T) {
 	ctx := context.Background()
 	dir, a, rec := filledClone(t)
 	age(t, dir, rec, 30*time.Minute)
-	if gone, err := a.SweepAbandoned(ctx, time.Hour); err != nil || len(gone) != 0 {
+	if gone, err := a.Pending().SweepAbandoned(ctx, time.Hour); err != nil || len(gone) != 0 {
 		t.Fatalf("asked for 30 min ago, swept after an hour: %v, %v", gone, err)
 	}
 	age(t, dir, rec, 2*time.Hour)
-	gone, err := a.SweepAbandoned(ctx, time.Hour)
+	gone, err := a.Pending().SweepAbandoned(ctx, time.Hour)
 	if err != nil || len(gone) != 1 || gone[0].Key != rec.Key() || gone[0].Token != rec.Token {
 		t.Fatalf("SweepAbandoned = %v, %v; want the clone", gone, err)
 	}
@@ -111,7 +111,7 @@ func TestAbandonedIsDiscarded(t *testing.T) {
 	if _, err := os.Lstat(marker(dir, rec)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the marker stays: %v", err)
 	}
-	if err := a.HandOut(idOf(rec), rec); !errors.Is(err, ErrGone) {
+	if err := a.Pending().HandOut(idOf(rec), rec); !errors.Is(err, ErrGone) {
 		t.Fatalf("HandOut of a discarded volume = %v, want ErrGone", err)
 	}
 	// Its source is untouched.
@@ -126,7 +126,7 @@ func TestHandOutOfAnAbandonedIsAborted(t *testing.T) {
 	if _, err := updateRecordIf(a.records(), rec.Key(), rec.Token, func(r *Record) error { r.Abandoned = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.HandOut(idOf(rec), rec); !fault.Is(err, fault.Aborted) {
+	if err := a.Pending().HandOut(idOf(rec), rec); !fault.Is(err, fault.Aborted) {
 		t.Fatalf("HandOut = %v, want Aborted", err)
 	}
 	if _, err := a.Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
@@ -142,7 +142,7 @@ func TestOlderRecordsAreNeverAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	age(t, dir, rec, 48*time.Hour)
-	if gone, err := a.SweepAbandoned(context.Background(), time.Hour); err != nil || len(gone) != 0 {
+	if gone, err := a.Pending().SweepAbandoned(context.Background(), time.Hour); err != nil || len(gone) != 0 {
 		t.Fatalf("SweepAbandoned = %v, %v", gone, err)
 	}
 	if now, _ := a.Lookup(idOf(rec)); now == nil {

@@ -89,7 +89,7 @@ func remoteShare(t *testing.T) (string, *Area, *agentOn, *Record) {
 func TestSnapshotAndRestoreThroughTheAgent(t *testing.T) {
 	ctx := context.Background()
 	dir, a, g, src := remoteShare(t)
-	snap, err := a.CreateSnapshot("snap", idOf(src))
+	snap, err := a.Snapshots().Create("snap", idOf(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestAnAgentThatDoesNotCopyLeavesItToTheController(t *testing.T) {
 // being filled or of a snapshot being made.
 func TestOpenCopyDirRefuses(t *testing.T) {
 	dir, a, _, src := remoteShare(t)
-	snap, err := a.CreateSnapshot("snap", idOf(src))
+	snap, err := a.Snapshots().Create("snap", idOf(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestOpenCopyFollowsTheRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := a.CreateSnapshot("snap", idOf(src))
+	snap, err := a.Snapshots().Create("snap", idOf(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestAQuotaAgentIsNotAskedToCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := a.CreateSnapshot("snap", idOf(src))
+	snap, err := a.Snapshots().Create("snap", idOf(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestProgressOfACopyByTheAgent(t *testing.T) {
 	ctx := context.Background()
 	_, a, g, src := remoteShare(t)
 	g.polled = make(chan struct{})
-	snap, err := a.CreateSnapshot("snap", idOf(src))
+	snap, err := a.Snapshots().Create("snap", idOf(src))
 	if err != nil {
 		t.Fatal(err)
 	}

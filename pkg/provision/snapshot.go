@@ -76,10 +76,18 @@ func (s *Snapshot) SourceIs(id volumeid.ID) bool {
 	return s.SourceKey == id.Key && s.SourceToken == id.Token
 }
 
-// snapshotDir returns the open snapshots directory; without create, a
+// Snapshots is the room of an Area that keeps its share's snapshots: their
+// records and complete copies in .nfsdir/snapshots, and the copies being
+// made. Fills from a snapshot (FillSnapshot, Fill) use it.
+type Snapshots struct{ a *Area }
+
+// Snapshots returns the area's snapshots.
+func (a *Area) Snapshots() Snapshots { return Snapshots{a} }
+
+// dir returns the open snapshots directory; without create, a
 // share that never had a snapshot gives fs.ErrNotExist.
-func (a *Area) snapshotDir(create bool) (*os.Root, error) {
-	return a.lazyMetaDir(snapshotsName, &a.snapshots, create)
+func (sn Snapshots) dir(create bool) (*os.Root, error) {
+	return sn.a.lazyMetaDir(snapshotsName, &sn.a.snapshots, create)
 }
 
 // readSnapshot returns the snapshot record stored under key, or nil.
@@ -105,21 +113,21 @@ func readSnapshot(dir *os.Root, key string) (*Snapshot, error) {
 	return &s, nil
 }
 
-// CreateSnapshot records a snapshot named name of the volume of src, or
+// Create records a snapshot named name of the volume of src, or
 // returns the record a former call made (a retry). Its copy is made by
 // FillSnapshot. The source must exist and be sealed; NotFound when it does
 // not exist, AlreadyExists when a snapshot of that name was taken of
 // another volume.
-func (a *Area) CreateSnapshot(name string, src volumeid.ID) (*Snapshot, error) {
-	dir, err := a.snapshotDir(true)
+func (sn Snapshots) Create(name string, src volumeid.ID) (*Snapshot, error) {
+	dir, err := sn.dir(true)
 	if err != nil {
 		return nil, err
 	}
 	key := volumeid.KeyForSnapshot(name)
 	if old, err := readSnapshot(dir, key); err != nil || old != nil {
-		return a.sameSnapshot(old, name, src, err)
+		return sn.same(old, name, src, err)
 	}
-	vol, err := a.Lookup(src)
+	vol, err := sn.a.Lookup(src)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +149,7 @@ func (a *Area) CreateSnapshot(name string, src volumeid.ID) (*Snapshot, error) {
 	err = writeLinkExclusive(dir, key, snap, path.Join(snapshotsDir, key))
 	if errors.Is(err, fs.ErrExist) { // a concurrent call
 		old, err := readSnapshot(dir, key)
-		return a.sameSnapshot(old, name, src, err)
+		return sn.same(old, name, src, err)
 	}
 	if err != nil {
 		return nil, err
@@ -149,8 +157,8 @@ func (a *Area) CreateSnapshot(name string, src volumeid.ID) (*Snapshot, error) {
 	return snap, nil
 }
 
-// sameSnapshot answers a CreateSnapshot that found the record old.
-func (a *Area) sameSnapshot(old *Snapshot, name string, src volumeid.ID, err error) (*Snapshot, error) {
+// same answers a Create that found the record old.
+func (sn Snapshots) same(old *Snapshot, name string, src volumeid.ID, err error) (*Snapshot, error) {
 	switch {
 	case err != nil:
 		return nil, err
@@ -162,11 +170,11 @@ func (a *Area) sameSnapshot(old *Snapshot, name string, src volumeid.ID, err err
 	return old, nil
 }
 
-// LookupSnapshot returns the record of a snapshot ID, or nil when the
+// Lookup returns the record of a snapshot ID, or nil when the
 // snapshot does not exist (never taken, deleted, or a later one of the same
 // name).
-func (a *Area) LookupSnapshot(id volumeid.ID) (*Snapshot, error) {
-	dir, err := a.snapshotDir(false)
+func (sn Snapshots) Lookup(id volumeid.ID) (*Snapshot, error) {
+	dir, err := sn.dir(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -180,9 +188,9 @@ func (a *Area) LookupSnapshot(id volumeid.ID) (*Snapshot, error) {
 	return s, nil
 }
 
-// SnapshotReady reports whether the copy of s is complete.
-func (a *Area) SnapshotReady(s *Snapshot) (bool, error) {
-	dir, err := a.snapshotDir(false)
+// Ready reports whether the copy of s is complete.
+func (sn Snapshots) Ready(s *Snapshot) (bool, error) {
+	dir, err := sn.dir(false)
 	if err != nil {
 		return false, err
 	}
@@ -196,10 +204,10 @@ func (a *Area) SnapshotReady(s *Snapshot) (bool, error) {
 	return st.IsDir(), nil
 }
 
-// SnapshotKeys returns the keys of every snapshot record of the share,
+// Keys returns the keys of every snapshot record of the share,
 // sorted; none when the share never had a snapshot.
-func (a *Area) SnapshotKeys() ([]string, error) {
-	_, names, err := metaNames(a.snapshotDir, snapshotsDir)
+func (sn Snapshots) Keys() ([]string, error) {
+	_, names, err := metaNames(sn.dir, snapshotsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -213,9 +221,9 @@ func (a *Area) SnapshotKeys() ([]string, error) {
 	return keys, nil
 }
 
-// SnapshotRecord returns the snapshot record stored under key, or nil.
-func (a *Area) SnapshotRecord(key string) (*Snapshot, error) {
-	dir, err := a.snapshotDir(false)
+// Record returns the snapshot record stored under key, or nil.
+func (sn Snapshots) Record(key string) (*Snapshot, error) {
+	dir, err := sn.dir(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -225,29 +233,29 @@ func (a *Area) SnapshotRecord(key string) (*Snapshot, error) {
 	return readSnapshot(dir, key)
 }
 
-// DeleteSnapshot removes the snapshot of id: its copies (complete or being
+// Delete removes the snapshot of id: its copies (complete or being
 // made) are moved into the trash for the purge, then its record is
 // removed. A snapshot that does not exist is not an error. The caller
 // kicks the purge.
-func (a *Area) DeleteSnapshot(id volumeid.ID) error {
-	s, err := a.LookupSnapshot(id)
+func (sn Snapshots) Delete(id volumeid.ID) error {
+	s, err := sn.Lookup(id)
 	if err != nil || s == nil {
 		if err == nil {
-			err = a.settleSnapshotAside(id)
+			err = sn.settleAside(id)
 		}
 		return err
 	}
-	dir, err := a.snapshotDir(false)
+	dir, err := sn.dir(false)
 	if err != nil {
 		return err
 	}
 	// Copies being made first, then the complete one: an attempt that
 	// finishes meanwhile renames its copy to the final name, which is
 	// then still moved.
-	if err := a.trashAttempts(dir, s, ""); err != nil {
+	if err := sn.trashAttempts(dir, s, ""); err != nil {
 		return err
 	}
-	if err := a.trashSnapshotData(dir, s.dataName()); err != nil {
+	if err := sn.trashData(dir, s.dataName()); err != nil {
 		return err
 	}
 	if err := removeRecordIf(recordDir{Root: dir}, id.Key, id.Token); err != nil {
@@ -256,13 +264,13 @@ func (a *Area) DeleteSnapshot(id volumeid.ID) error {
 	// An attempt that renamed its copy after the move above and read the
 	// record before its removal leaves the copy: moved here. (One that
 	// read it after moves its copy away itself: FillSnapshot.)
-	return a.trashSnapshotData(dir, s.dataName())
+	return sn.trashData(dir, s.dataName())
 }
 
-// settleSnapshotAside finishes a removal of the record of id that was cut
+// settleAside finishes a removal of the record of id that was cut
 // after taking it aside.
-func (a *Area) settleSnapshotAside(id volumeid.ID) error {
-	dir, err := a.snapshotDir(false)
+func (sn Snapshots) settleAside(id volumeid.ID) error {
+	dir, err := sn.dir(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -274,14 +282,14 @@ func (a *Area) settleSnapshotAside(id volumeid.ID) error {
 
 // trashAttempts moves every copy being made for s, except keep, into the
 // trash.
-func (a *Area) trashAttempts(dir *os.Root, s *Snapshot, keep string) error {
+func (sn Snapshots) trashAttempts(dir *os.Root, s *Snapshot, keep string) error {
 	names, err := listNames(dir)
 	if err != nil {
 		return onShare(err, "list %s", snapshotsDir)
 	}
 	for _, n := range names {
 		if strings.HasPrefix(n, s.attemptPrefix()) && n != keep {
-			if err := a.trashSnapshotData(dir, n); err != nil {
+			if err := sn.trashData(dir, n); err != nil {
 				return err
 			}
 		}
@@ -289,10 +297,10 @@ func (a *Area) trashAttempts(dir *os.Root, s *Snapshot, keep string) error {
 	return nil
 }
 
-// trashSnapshotData moves the copy name of the snapshots directory into
+// trashData moves the copy name of the snapshots directory into
 // the trash under a name of its own; a copy already gone is fine.
-func (a *Area) trashSnapshotData(dir *os.Root, name string) error {
-	err := renameBetween(dir, name, a.trash, "snapshot-"+strings.TrimPrefix(name, ".")+"."+volumeid.NewToken())
+func (sn Snapshots) trashData(dir *os.Root, name string) error {
+	err := renameBetween(dir, name, sn.a.trash, "snapshot-"+strings.TrimPrefix(name, ".")+"."+volumeid.NewToken())
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return onShare(err, "move %s into the trash", path.Join(snapshotsDir, name))
 	}

@@ -42,10 +42,18 @@ func figureKey(rec *Record) string {
 	return rec.Key()
 }
 
-// usageDir returns the open usage directory, opening it (and with create,
+// Figures is the room of an Area that keeps the usage figures of its
+// share's volumes in .nfsdir/usage: counts, their storage, and the health
+// they and the records tell.
+type Figures struct{ a *Area }
+
+// Figures returns the area's usage figures.
+func (a *Area) Figures() Figures { return Figures{a} }
+
+// dir returns the open usage directory, opening it (and with create,
 // making it) the first time.
-func (a *Area) usageDir(create bool) (*os.Root, error) {
-	return a.lazyMetaDir(usageName, &a.usage, create)
+func (fg Figures) dir(create bool) (*os.Root, error) {
+	return fg.a.lazyMetaDir(usageName, &fg.a.usage, create)
 }
 
 // lazyMetaDir returns the metadata directory name kept in *slot, opening
@@ -175,11 +183,11 @@ func (a *Area) Record(key string) (*Record, error) {
 // false (and nothing is stored) for no record, a shared volume's record
 // (its shared directory's stands for it), a record not yet sealed, or a
 // directory that is missing or not the one recorded.
-func (a *Area) Count(ctx context.Context, key string, rec *Record, w usage.Walker) (fig capacity.Figure, counted bool, err error) {
+func (fg Figures) Count(ctx context.Context, key string, rec *Record, w usage.Walker) (fig capacity.Figure, counted bool, err error) {
 	if rec == nil || rec.Shared || rec.FileID == 0 {
 		return fig, false, nil
 	}
-	fd, err := a.openVolumeDir(rec)
+	fd, err := fg.a.openVolumeDir(rec)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fig, false, nil
@@ -191,16 +199,16 @@ func (a *Area) Count(ctx context.Context, key string, rec *Record, w usage.Walke
 	if err != nil {
 		return fig, false, fmt.Errorf("count %q: %w", rec.SubDir, err)
 	}
-	fig, err = a.StoreCount(key, rec, res)
+	fig, err = fg.Store(key, rec, res)
 	return fig, err == nil, err
 }
 
-// StoreCount stores res as the figure of rec, the record under key, as
+// Store stores res as the figure of rec, the record under key, as
 // counted now: by Count's walk, or by the server's own accounting (a
 // quota agent, which checks the directory is rec's itself).
-func (a *Area) StoreCount(key string, rec *Record, res usage.Result) (capacity.Figure, error) {
+func (fg Figures) Store(key string, rec *Record, res usage.Result) (capacity.Figure, error) {
 	fig := capacity.Figure{Token: rec.Token, Bytes: res.Bytes, Inodes: res.Inodes, Counted: time.Now().UTC(), Took: res.Took}
-	return fig, a.storeFigure(key, fig)
+	return fig, fg.store(key, fig)
 }
 
 // openVolumeDir opens rec's directory without following any symlink and
@@ -223,10 +231,10 @@ func (a *Area) openVolumeDir(rec *Record) (int, error) {
 	return nfd, err
 }
 
-// storeFigure replaces the figure under key atomically: written under a
+// store replaces the figure under key atomically: written under a
 // temporary name, renamed over the old one.
-func (a *Area) storeFigure(key string, fig capacity.Figure) error {
-	dir, err := a.usageDir(true)
+func (fg Figures) store(key string, fig capacity.Figure) error {
+	dir, err := fg.dir(true)
 	if err != nil {
 		return err
 	}
@@ -249,17 +257,17 @@ func (a *Area) storeFigure(key string, fig capacity.Figure) error {
 	return nil
 }
 
-// Figure returns the stored figure of rec's directory; ok is false when
+// Of returns the stored figure of rec's directory; ok is false when
 // none was counted yet for this volume.
-func (a *Area) Figure(rec *Record) (fig capacity.Figure, ok bool, err error) {
-	dir, err := a.usageDir(false)
+func (fg Figures) Of(rec *Record) (fig capacity.Figure, ok bool, err error) {
+	dir, err := fg.dir(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fig, false, nil
 	}
 	if err != nil {
 		return fig, false, err
 	}
-	return readFigure(a.records(), dir, rec)
+	return readFigure(fg.a.records(), dir, rec)
 }
 
 // readFigure reads the figure standing for rec from the usage directory,
@@ -288,11 +296,11 @@ func readFigure(volumes recordDir, dir *os.Root, rec *Record) (fig capacity.Figu
 	return fig, fig.Token == token, nil
 }
 
-// DropFigures removes the figures, and temporary figures older than a
+// Drop removes the figures, and temporary figures older than a
 // minute, whose key holds no record among keys (sorted): left by deleted
 // volumes, or by a count interrupted midway.
-func (a *Area) DropFigures(keys []string) {
-	dir, err := a.usageDir(false)
+func (fg Figures) Drop(keys []string) {
+	dir, err := fg.dir(false)
 	if err != nil {
 		return
 	}
@@ -317,10 +325,10 @@ func (a *Area) DropFigures(keys []string) {
 	}
 }
 
-// figureAbsent reports whether no usage figure is stored under key (nor
+// absent reports whether no usage figure is stored under key (nor
 // a usage directory to hold one): dropFigure would find nothing to drop.
-func (a *Area) figureAbsent(key string) bool {
-	dir, err := a.usageDir(false)
+func (fg Figures) absent(key string) bool {
+	dir, err := fg.dir(false)
 	if err != nil {
 		return true
 	}
@@ -328,10 +336,10 @@ func (a *Area) figureAbsent(key string) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
-// dropFigure removes the figure of the deleted volume (key, token), and
+// drop removes the figure of the deleted volume (key, token), and
 // not one counted since for a later volume of the same directory.
-func (a *Area) dropFigure(key, token string) {
-	dir, err := a.usageDir(false)
+func (fg Figures) drop(key, token string) {
+	dir, err := fg.dir(false)
 	if err != nil {
 		return
 	}
@@ -449,9 +457,9 @@ type Problem struct {
 // Health checks rec's volume: its directory is there and is the one
 // nfsdir recorded, and its last count is within its capacity. It costs a
 // lookup, a file handle and a figure read.
-func (a *Area) Health(rec *Record) ([]Problem, error) {
+func (fg Figures) Health(rec *Record) ([]Problem, error) {
 	var out []Problem
-	st, err := a.freshLstat(rec.SubDir)
+	st, err := fg.a.freshLstat(rec.SubDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		// ENOTDIR: a parent on the way is no longer a directory.
@@ -460,11 +468,11 @@ func (a *Area) Health(rec *Record) ([]Problem, error) {
 	case err != nil:
 		return nil, onShare(err, "check %q", rec.SubDir)
 	case rec.FileID != 0:
-		if err := a.checkSealed(rec, st); err != nil {
+		if err := fg.a.checkSealed(rec, st); err != nil {
 			out = append(out, Problem{Reason: "DirectoryReplaced", Lost: true, Message: err.Error()})
 		}
 	}
-	fig, ok, err := a.Figure(rec)
+	fig, ok, err := fg.Of(rec)
 	if err != nil {
 		return nil, err
 	}

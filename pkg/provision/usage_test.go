@@ -23,7 +23,7 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := a.Figure(rec); ok || err != nil {
+	if _, ok, err := a.Figures().Of(rec); ok || err != nil {
 		t.Fatalf("figure before any count: %v %v", ok, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pvc-u", "data"), []byte(strings.Repeat("x", 50000)), 0o644); err != nil {
@@ -87,7 +87,7 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 	// A stray figure (its record removed by hand) is swept.
 	os.Symlink(`{"token":"x"}`, filepath.Join(dir, ".nfsdir/usage/stray"))
 	keys, _ = a.VolumeKeys()
-	a.DropFigures(keys)
+	a.Figures().Drop(keys)
 	if _, err := os.Lstat(filepath.Join(dir, ".nfsdir/usage/stray")); !os.IsNotExist(err) {
 		t.Fatalf("stray figure kept: %v", err)
 	}
@@ -121,6 +121,6 @@ func countKey(ctx context.Context, a *Area, key string) (*Record, capacity.Figur
 	if err != nil {
 		return nil, capacity.Figure{}, false, err
 	}
-	fig, counted, err := a.Count(ctx, key, rec, usage.DefaultWalker)
+	fig, counted, err := a.Figures().Count(ctx, key, rec, usage.DefaultWalker)
 	return rec, fig, counted, err
 }

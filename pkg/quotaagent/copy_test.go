@@ -118,7 +118,7 @@ func TestCopiesOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	srcID := volumeid.ID{Key: src.Key(), Token: src.Token}
-	snap, err := a.CreateSnapshot("snap", srcID)
+	snap, err := a.Snapshots().Create("snap", srcID)
 	if err != nil {
 		t.Fatal(err)
 	}

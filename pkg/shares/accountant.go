@@ -130,7 +130,7 @@ func (ac *accountant) pass(ctx context.Context, share, name string, a *provision
 		klog.Warningf("usage count of %s: %v", name, err)
 		return
 	}
-	a.DropFigures(keys)
+	a.Figures().Drop(keys)
 	// The pass is the one background listing of the records: it also
 	// finishes record removals left half-way.
 	a.SettleRemovals(removals, settleAfter)
@@ -178,7 +178,7 @@ func (ac *accountant) resume(a *provision.Area, key string) time.Time {
 	if err != nil || rec == nil {
 		return time.Time{}
 	}
-	fig, ok, err := a.Figure(rec)
+	fig, ok, err := a.Figures().Of(rec)
 	if err != nil || !ok {
 		return time.Time{}
 	}
@@ -192,7 +192,7 @@ func (ac *accountant) count(ctx context.Context, share, name string, a *provisio
 	counted := false
 	if err == nil {
 		if fig, counted, err = ac.fromServer(ctx, share, name, a, key, rec); !counted && err == nil {
-			fig, counted, err = a.Count(ctx, key, rec, ac.walker)
+			fig, counted, err = a.Figures().Count(ctx, key, rec, ac.walker)
 		}
 	}
 	ac.mu.Lock()
@@ -257,6 +257,6 @@ func (ac *accountant) fromServer(ctx context.Context, share, name string, a *pro
 		return fig, false, nil
 	}
 	ac.server.Add(1)
-	fig, err = a.StoreCount(key, rec, res)
+	fig, err = a.Figures().Store(key, rec, res)
 	return fig, err == nil, err
 }

@@ -232,7 +232,7 @@ type SnapshotState struct {
 // leader), and waiting up to wait for it.
 func (s *Set) snapshotState(a *provision.Area, share *Share, id volumeid.ID, snap *provision.Snapshot, wait time.Duration) (SnapshotState, error) {
 	st := SnapshotState{ID: id, Snapshot: snap}
-	ready, err := a.SnapshotReady(snap)
+	ready, err := a.Snapshots().Ready(snap)
 	if err != nil || ready {
 		st.Ready = ready
 		return st, err
@@ -240,7 +240,7 @@ func (s *Set) snapshotState(a *provision.Area, share *Share, id volumeid.ID, sna
 	st.Copy = s.ensure(share, snapshotJob(id), func(ctx context.Context, c treecopy.Copier) (treecopy.Result, error) {
 		return a.FillSnapshot(ctx, id, c)
 	}, wait)
-	st.Ready, err = a.SnapshotReady(snap)
+	st.Ready, err = a.Snapshots().Ready(snap)
 	return st, err
 }
 

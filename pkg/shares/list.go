@@ -205,7 +205,7 @@ func (s *Set) listed(a *provision.Area, share *Share, e export.Export, key strin
 	}
 	l := &Listed{ID: id, Record: rec}
 	if health {
-		if l.Problems, err = a.Health(rec); err != nil {
+		if l.Problems, err = a.Figures().Health(rec); err != nil {
 			return nil, err
 		}
 	}

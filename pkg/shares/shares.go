@@ -286,13 +286,13 @@ func (s *Set) resumeSnapshots(a *provision.Area, share *Share) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		keys, err := a.SnapshotKeys()
+		keys, err := a.Snapshots().Keys()
 		if err != nil {
 			klog.Warningf("share %s: resuming snapshots: %v", share.Path, err)
 			return
 		}
 		for _, key := range keys {
-			snap, err := a.SnapshotRecord(key)
+			snap, err := a.Snapshots().Record(key)
 			if err != nil || snap == nil {
 				continue
 			}
@@ -495,7 +495,7 @@ func (s *Set) sweepAbandoned(ctx context.Context) {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				gone, err := oa.area.SweepAbandoned(ctx, s.abandonAfter)
+				gone, err := oa.area.Pending().SweepAbandoned(ctx, s.abandonAfter)
 				if err != nil {
 					klog.Warningf("share %s: sweeping abandoned volumes: %v", oa.share.Export, err)
 				}

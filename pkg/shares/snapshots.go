@@ -20,7 +20,7 @@ import (
 func (s *Set) CreateSnapshot(ctx context.Context, src volumeid.ID, name string, wait time.Duration) (SnapshotState, error) {
 	var st SnapshotState
 	err := s.OnVolume(ctx, src, func(a *provision.Area, share *Share) error {
-		snap, err := a.CreateSnapshot(name, src)
+		snap, err := a.Snapshots().Create(name, src)
 		if err != nil {
 			return err
 		}
@@ -38,7 +38,7 @@ func (s *Set) CreateSnapshot(ctx context.Context, src volumeid.ID, name string, 
 func (s *Set) Snapshot(ctx context.Context, id volumeid.ID) (*SnapshotState, error) {
 	var out *SnapshotState
 	err := s.OnVolume(ctx, id, func(a *provision.Area, share *Share) error {
-		snap, err := a.LookupSnapshot(id)
+		snap, err := a.Snapshots().Lookup(id)
 		if err != nil || snap == nil {
 			return err
 		}
@@ -56,7 +56,7 @@ func (s *Set) Snapshot(ctx context.Context, id volumeid.ID) (*SnapshotState, err
 // copy; a snapshot that does not exist is not an error.
 func (s *Set) DeleteSnapshot(ctx context.Context, id volumeid.ID) error {
 	err := s.OnVolume(ctx, id, func(a *provision.Area, share *Share) error {
-		err := a.DeleteSnapshot(id)
+		err := a.Snapshots().Delete(id)
 		if err == nil {
 			s.forgetCopy(snapshotJob(id))
 		}
@@ -81,9 +81,9 @@ func (s *Set) ListSnapshots(ctx context.Context, token string, max int, source *
 		only = &source.Export
 	}
 	// One at a time: listing a snapshot may start its copy.
-	return pageThrough(ctx, s, "snapshots", token, max, only, 1, (*provision.Area).SnapshotKeys,
+	return pageThrough(ctx, s, "snapshots", token, max, only, 1, func(a *provision.Area) ([]string, error) { return a.Snapshots().Keys() },
 		func(a *provision.Area, share *Share, k knownExport, key string) (*SnapshotState, error) {
-			snap, err := a.SnapshotRecord(key)
+			snap, err := a.Snapshots().Record(key)
 			if errors.Is(err, provision.ErrBadRecord) {
 				klog.Warningf("listing snapshots: share %s: %v; left out", k.e, err)
 				return nil, nil
