@@ -39,18 +39,13 @@ type Area struct {
 	umu       sync.Mutex
 	usage     *os.Root // .nfsdir/usage, once opened (Figures.dir)
 	snapshots *os.Root // .nfsdir/snapshots, once opened (Snapshots.dir)
-	pending   *os.Root // .nfsdir/pending, once opened (pendingDir)
+	pending   *os.Root // .nfsdir/pending, once opened (Pending.dir)
 
-	remote      RemoteCopier // copies by agents on the server (UseRemote)
-	maker       RemoteMaker  // volumes made and removed by agents (UseRemote)
-	remoteShare string       // the share as the agents know it
-	onServer    bool         // opened on the server's own file system (OnServer)
+	agents   Agents // the agents on the share's server (Agents)
+	onServer bool   // opened on the server's own file system (OnServer)
 	// freshLookups: on a mount that asks the server for every name
 	// (FreshLookups).
 	freshLookups bool
-
-	madeMu sync.Mutex
-	made   map[string]*Record // volumes agents made for this Area, by key.token (Made)
 
 	dirsMu sync.Mutex
 	dirs   map[string]string // the directories of volumes, by record key (knownDir)

@@ -39,12 +39,12 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err erro
 
 // DeleteWith is Delete, calling before (when set) with the volume's record
 // (nil: none) before anything changes; its error ends the call. A volume
-// an agent made for this Area is known without reading the share (Made).
+// an agent made for this Area is known without reading the share (Agents.Made).
 // Otherwise the record is read, and, when the volume's directory is known
 // from its key (knownDir), the look-ups DeleteVolume begins with go to the
 // server at the same time as that read (lookUpToDelete).
 func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge bool, err error) {
-	rec := a.Made(id)
+	rec := a.agents.Made(id)
 	var pre *deleteChecks
 	if rec == nil {
 		if rec, pre, err = a.lookUpToDelete(id); err != nil {
@@ -65,7 +65,7 @@ func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Reco
 // does not delete, through the share mount. The agent reads the record
 // again before it changes anything; through the mount, rec is taken as
 // read unless an update held the record aside meanwhile, or rec came
-// from an agent (Made) or a call to one came between.
+// from an agent (Agents.Made) or a call to one came between.
 func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (purge bool, err error) {
 	return a.deleteFound(ctx, id, rec, nil)
 }
@@ -73,17 +73,17 @@ func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (pu
 // deleteFound is DeleteFound; pre, when set, holds the look-ups made
 // with the record's read (lookUpToDelete).
 func (a *Area) deleteFound(ctx context.Context, id volumeid.ID, rec *Record, pre *deleteChecks) (purge bool, err error) {
-	done, purge, err := a.removeRemote(ctx, id, rec)
+	done, purge, err := a.agents.remove(ctx, id, rec)
 	if !done {
 		// rec was read from the share a moment ago in this call, unless
-		// an agent had it (Made) or was asked meanwhile: read it again.
+		// an agent had it (Agents.Made) or was asked meanwhile: read it again.
 		if rec != nil && (rec.CopyAgent != "" || rec.QuotaAgent != "") {
 			rec, pre = nil, nil
 		}
 		purge, err = a.deleteAs(id, "", rec, pre)
 	}
 	if err == nil {
-		a.forgetMade(id)
+		a.agents.forget(id)
 	}
 	return purge, err
 }

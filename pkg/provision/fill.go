@@ -69,7 +69,7 @@ func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copi
 		return res, errors.Join(onShare(err, "open %s", path.Join(snapshotsDir, attempt)), a.Snapshots().trashData(dir, attempt))
 	}
 	defer unix.Close(dst)
-	res, err = a.copyTree(ctx, c, vol.CopyAgent, src, dst, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, CopyDir{Snapshot: attempt}, true)
+	res, err = a.agents.copyTree(ctx, c, vol.CopyAgent, src, dst, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, CopyDir{Snapshot: attempt}, true)
 	if err != nil {
 		return res, errors.Join(onShare(err, "snapshot %q of volume %q", s.Name, vol.Name), a.Snapshots().trashData(dir, attempt))
 	}
@@ -204,7 +204,7 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 		}
 		defer unix.Close(src)
 		copyInto = func(dst int) (treecopy.Result, error) {
-			return a.copyTree(ctx, c, rec.CopyAgent, src, dst, from, CopyDir{SubDir: rec.SubDir, Token: rec.Token}, false)
+			return a.agents.copyTree(ctx, c, rec.CopyAgent, src, dst, from, CopyDir{SubDir: rec.SubDir, Token: rec.Token}, false)
 		}
 	}
 	dst, err := a.emptyVolumeDir(id, rec)

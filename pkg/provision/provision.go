@@ -89,7 +89,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		return nil, fault.New(fault.InvalidArgument, "subDir %v", err)
 	}
 	// The agent runs this same Create on the server, checks included.
-	if rec, done, err := a.makeRemote(ctx, req); done {
+	if rec, done, err := a.agents.make(ctx, req); done {
 		return rec, err
 	}
 	// Three checks that only look (records above, shares above, the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -99,13 +100,28 @@ type RemoteMaker interface {
 	RemoveVolume(ctx context.Context, endpoint string, r RemoteRemove) (RemoteRemoved, error)
 }
 
-// UseRemote has the Area's fills and snapshots copy through r when the
+// Agents is the room of an Area that reaches the agents on its share's
+// server: copies made there, volumes made and removed there, and what
+// they answered for the volumes they made.
+type Agents struct {
+	copier RemoteCopier // copies by agents on the server (Use)
+	maker  RemoteMaker  // volumes made and removed by agents (Use)
+	share  string       // the share as the agents know it
+
+	mu   sync.Mutex
+	made map[string]*Record // volumes agents made for this Area, by key.token (Made)
+}
+
+// Agents returns the area's link to the agents.
+func (a *Area) Agents() *Agents { return &a.agents }
+
+// Use has the Area's fills and snapshots copy through r when the
 // volume involved names a copy agent, and, when r is a RemoteMaker too,
 // such volumes made and deleted by the agent; share is the Area's share
 // as NFS clients mount it (what agents serve).
-func (a *Area) UseRemote(r RemoteCopier, share string) {
-	a.remote, a.remoteShare = r, share
-	a.maker, _ = r.(RemoteMaker)
+func (g *Agents) Use(r RemoteCopier, share string) {
+	g.copier, g.share = r, share
+	g.maker, _ = r.(RemoteMaker)
 }
 
 // OnServer marks an Area opened by an agent on the server's own file
@@ -130,20 +146,20 @@ func agentDeclined(err error) bool {
 	return fault.Is(err, fault.Unimplemented) || fault.Is(err, fault.Unavailable)
 }
 
-// makeRemote has the copy agent of req make its volume. done false: the
+// make has the copy agent of req make its volume. done false: the
 // agent does not (agentDeclined), and the caller makes it through the
 // share mount.
-func (a *Area) makeRemote(ctx context.Context, req Request) (rec *Record, done bool, err error) {
-	if req.CopyAgent == "" || a.maker == nil {
+func (g *Agents) make(ctx context.Context, req Request) (rec *Record, done bool, err error) {
+	if req.CopyAgent == "" || g.maker == nil {
 		return nil, false, nil
 	}
-	rec, err = a.maker.MakeVolume(ctx, req.CopyAgent, RemoteMake{Share: a.remoteShare, Request: req})
+	rec, err = g.maker.MakeVolume(ctx, req.CopyAgent, RemoteMake{Share: g.share, Request: req})
 	if agentDeclined(err) {
 		klog.Warningf("volume %q: agent %s does not make it (%v): making it through the controller's mount", req.Name, req.CopyAgent, err)
 		return nil, false, nil
 	}
 	if err == nil {
-		a.remember(rec)
+		g.remember(rec)
 	}
 	return rec, true, err
 }
@@ -153,15 +169,15 @@ func (a *Area) makeRemote(ctx context.Context, req Request) (rec *Record, done b
 const maxMade = 4096
 
 // remember keeps what an agent answered for a volume it made.
-func (a *Area) remember(rec *Record) {
-	a.madeMu.Lock()
-	defer a.madeMu.Unlock()
-	if a.made == nil {
-		a.made = map[string]*Record{}
+func (g *Agents) remember(rec *Record) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.made == nil {
+		g.made = map[string]*Record{}
 	}
-	if len(a.made) < maxMade {
+	if len(g.made) < maxMade {
 		c := *rec
-		a.made[rec.Key()+"."+rec.Token] = &c
+		g.made[rec.Key()+"."+rec.Token] = &c
 	}
 }
 
@@ -171,33 +187,33 @@ func (a *Area) remember(rec *Record) {
 // for that token, and the agent and Delete read the record again before
 // they change anything: a DeleteVolume of a volume this controller made
 // needs no read of the share to know where to send it.
-func (a *Area) Made(id volumeid.ID) *Record {
-	a.madeMu.Lock()
-	defer a.madeMu.Unlock()
-	if rec := a.made[id.Key+"."+id.Token]; rec != nil {
+func (g *Agents) Made(id volumeid.ID) *Record {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if rec := g.made[id.Key+"."+id.Token]; rec != nil {
 		c := *rec
 		return &c
 	}
 	return nil
 }
 
-// forgetMade drops what Made remembers of the volume of id.
-func (a *Area) forgetMade(id volumeid.ID) {
-	a.madeMu.Lock()
-	defer a.madeMu.Unlock()
-	delete(a.made, id.Key+"."+id.Token)
+// forget drops what Made remembers of the volume of id.
+func (g *Agents) forget(id volumeid.ID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.made, id.Key+"."+id.Token)
 }
 
-// removeRemote has the copy agent of rec delete the volume of id. done
+// remove has the copy agent of rec delete the volume of id. done
 // false: the agent does not (agentDeclined), and the caller deletes it
 // through the share mount.
-func (a *Area) removeRemote(ctx context.Context, id volumeid.ID, rec *Record) (done, purge bool, err error) {
-	if rec == nil || rec.CopyAgent == "" || a.maker == nil || (rec.ServerHandle == "" && rec.Handle != "") {
+func (g *Agents) remove(ctx context.Context, id volumeid.ID, rec *Record) (done, purge bool, err error) {
+	if rec == nil || rec.CopyAgent == "" || g.maker == nil || (rec.ServerHandle == "" && rec.Handle != "") {
 		// Sealed through NFS (made before its class named the agent):
 		// only an NFS client can compare its handle.
 		return false, false, nil
 	}
-	r, err := a.maker.RemoveVolume(ctx, rec.CopyAgent, RemoteRemove{Share: a.remoteShare, Key: id.Key, Token: id.Token})
+	r, err := g.maker.RemoveVolume(ctx, rec.CopyAgent, RemoteRemove{Share: g.share, Key: id.Key, Token: id.Token})
 	if agentDeclined(err) {
 		klog.Warningf("volume %q: agent %s does not delete it (%v): deleting it through the controller's mount", rec.Name, rec.CopyAgent, err)
 		return false, false, nil
@@ -213,8 +229,8 @@ func (a *Area) removeRemote(ctx context.Context, id volumeid.ID, rec *Record) (d
 // warning; any other failure of the agent fails the attempt, which the
 // caller tries again (into a fresh directory: the agent may have left part
 // of a copy).
-func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, src, dst int, from, to CopyDir, rootAttrs bool) (treecopy.Result, error) {
-	if agent == "" || a.remote == nil {
+func (g *Agents) copyTree(ctx context.Context, c treecopy.Copier, agent string, src, dst int, from, to CopyDir, rootAttrs bool) (treecopy.Result, error) {
+	if agent == "" || g.copier == nil {
 		return c.Copy(ctx, src, dst, rootAttrs)
 	}
 	for _, d := range []struct {
@@ -227,13 +243,13 @@ func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, sr
 		}
 		d.dir.FileID = st.Ino
 	}
-	rc := RemoteCopy{Share: a.remoteShare, Src: from, Dst: to, RootAttrs: rootAttrs}
+	rc := RemoteCopy{Share: g.share, Src: from, Dst: to, RootAttrs: rootAttrs}
 	if c.Progress != nil {
 		stop := make(chan struct{})
 		defer close(stop)
-		go a.followRemote(ctx, agent, rc, c.Progress, stop)
+		go g.follow(ctx, agent, rc, c.Progress, stop)
 	}
-	res, err := a.remote.CopyTree(ctx, agent, rc)
+	res, err := g.copier.CopyTree(ctx, agent, rc)
 	if fault.Is(err, fault.Unimplemented) {
 		klog.Warningf("copy agent %s does not copy %s here (%v): copying through the controller's mount", agent, from, err)
 		return c.Copy(ctx, src, dst, rootAttrs)
@@ -241,10 +257,10 @@ func (a *Area) copyTree(ctx context.Context, c treecopy.Copier, agent string, sr
 	return res, err
 }
 
-// followRemote copies the progress of the agent's copy rc into p until
+// follow copies the progress of the agent's copy rc into p until
 // stop; an agent that cannot tell (older than progress) is not asked
 // again.
-func (a *Area) followRemote(ctx context.Context, agent string, rc RemoteCopy, p *treecopy.Progress, stop <-chan struct{}) {
+func (g *Agents) follow(ctx context.Context, agent string, rc RemoteCopy, p *treecopy.Progress, stop <-chan struct{}) {
 	t := time.NewTicker(progressEvery)
 	defer t.Stop()
 	for {
@@ -255,7 +271,7 @@ func (a *Area) followRemote(ctx context.Context, agent string, rc RemoteCopy, p 
 			return
 		case <-t.C:
 		}
-		entries, bytes, err := a.remote.CopyProgress(ctx, agent, rc)
+		entries, bytes, err := g.copier.CopyProgress(ctx, agent, rc)
 		if fault.Is(err, fault.Unimplemented) {
 			return
 		}

@@ -69,7 +69,7 @@ func remoteShare(t *testing.T) (string, *Area, *agentOn, *Record) {
 	t.Helper()
 	dir, a := newShare(t)
 	g := &agentOn{t: t, dir: dir}
-	a.UseRemote(g, "/e")
+	a.Agents().Use(g, "/e")
 	r := req("pvc-src", "pvc-src", params.Delete)
 	r.CopyAgent = "agent:1"
 	src, err := a.Create(context.Background(), r)
@@ -266,7 +266,7 @@ func TestAQuotaAgentIsNotAskedToCopy(t *testing.T) {
 	ctx := context.Background()
 	dir, a := newShare(t)
 	g := &agentOn{t: t, dir: dir}
-	a.UseRemote(g, "/e")
+	a.Agents().Use(g, "/e")
 	r := req("pvc-src", "pvc-src", params.Delete)
 	r.QuotaAgent = "agent:1"
 	src, err := a.Create(ctx, r)

@@ -89,7 +89,7 @@ func controllerArea(t *testing.T, dir string, pool *quotaagent.Pool) *provision.
 	}
 	t.Cleanup(func() { a.Close() })
 	if pool != nil {
-		a.UseRemote(pool, "/e")
+		a.Agents().Use(pool, "/e")
 	}
 	return a
 }

@@ -70,7 +70,7 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	if _, err := a.Expand(id, 2<<20); err != nil {
 		t.Errorf("expansion of a volume the agent made: %v", err)
 	}
-	if made := a.Made(id); made == nil || made.ServerHandle != rec.ServerHandle || made.CopyAgent != endpoint {
+	if made := a.Agents().Made(id); made == nil || made.ServerHandle != rec.ServerHandle || made.CopyAgent != endpoint {
 		t.Errorf("the controller does not remember what the agent made: %+v", made)
 	}
 	// A volume holding data goes into the trash, for the controller's
@@ -78,10 +78,10 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "team/pvc-a/data"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if purge, err := a.DeleteFound(ctx, id, a.Made(id)); err != nil || !purge {
+	if purge, err := a.DeleteFound(ctx, id, a.Agents().Made(id)); err != nil || !purge {
 		t.Fatalf("delete of a volume holding data: purge %v, %v", purge, err)
 	}
-	if made := a.Made(id); made != nil {
+	if made := a.Agents().Made(id); made != nil {
 		t.Errorf("a deleted volume is still remembered: %+v", made)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "team/pvc-a")); !errors.Is(err, fs.ErrNotExist) {
@@ -104,7 +104,7 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 
 	// Another share: the controller makes and deletes it itself, with
 	// the NFS handle's kind of seal.
-	a.UseRemote(pool, "/other")
+	a.Agents().Use(pool, "/other")
 	req.Name, req.SubDir = "pvc-b", "pvc-b"
 	b, err := a.Create(ctx, req)
 	if err != nil {
@@ -116,7 +116,7 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	// Once the agent serves the share, a volume sealed through the mount
 	// stays the controller's: the agent cannot compare its handle, and
 	// says so before it changes anything.
-	a.UseRemote(pool, "/e")
+	a.Agents().Use(pool, "/e")
 	bID := volumeid.ID{Key: b.Key(), Token: b.Token}
 	_, err = pool.RemoveVolume(ctx, endpoint, provision.RemoteRemove{Share: "/e", Key: b.Key(), Token: b.Token})
 	if !fault.Is(err, fault.Unimplemented) {

@@ -251,7 +251,7 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 	}
 	a.FreshLookups() // the share mount is lookupcache=none (sharemount.Get)
 	if s.copies.cfg.Remote != nil {
-		a.UseRemote(s.copies.cfg.Remote, e.Share)
+		a.Agents().Use(s.copies.cfg.Remote, e.Share)
 	}
 	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
 	s.mu.Lock()
