@@ -109,7 +109,7 @@ func runAdopt(args []string, out io.Writer) error {
 	var shareOpts mountopts.Options
 	err = own.On(ctx, e, opts, true, func(area *provision.Area, share *shares.Share) (err error) {
 		shareOpts = share.Options
-		rec, err = area.Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity, Options: share.Options.String(), LegacyID: a.legacyID})
+		rec, err = area.Adoptions().Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity, Options: share.Options.String(), LegacyID: a.legacyID})
 		return err
 	})
 	if err != nil {

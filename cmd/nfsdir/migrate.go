@@ -225,7 +225,7 @@ func (m migrationShares) Adopt(ctx context.Context, it migrate.Item) (string, ma
 	var shareOpts mountopts.Options
 	err = m.own.On(ctx, it.Share.Export, opts, true, func(area *provision.Area, share *shares.Share) (err error) {
 		shareOpts = share.Options
-		rec, err = area.Adopt(adoptRequest(it, share.Options.String()))
+		rec, err = area.Adoptions().Adopt(adoptRequest(it, share.Options.String()))
 		return err
 	})
 	if err != nil {
@@ -244,7 +244,7 @@ func (m migrationShares) Check(ctx context.Context, it migrate.Item) error {
 		return fmt.Errorf("mount options of StorageClass %s: %w", it.Share.Class, err)
 	}
 	err = m.own.On(ctx, it.Share.Export, opts, false, func(area *provision.Area, _ *shares.Share) error {
-		return area.CanAdopt(adoptRequest(it, ""))
+		return area.Adoptions().Can(adoptRequest(it, ""))
 	})
 	if errors.Is(err, provision.ErrNoArea) {
 		return nil // nothing recorded on that share yet
@@ -264,7 +264,7 @@ func (m migrationShares) Release(ctx context.Context, it migrate.Item) error {
 		return err
 	}
 	err = m.own.On(ctx, it.Share.Export, opts, false, func(area *provision.Area, _ *shares.Share) error {
-		return area.Unadopt(it.PV, it.SubDir)
+		return area.Adoptions().Undo(it.PV, it.SubDir)
 	})
 	if errors.Is(err, provision.ErrNoArea) {
 		return nil

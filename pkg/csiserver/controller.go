@@ -286,7 +286,7 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 func (s *Controller) deleteLegacy(ctx context.Context, raw string, l volumeid.Legacy) (*csi.DeleteVolumeResponse, error) {
 	adopted := false
 	err := s.shares.On(ctx, l.Export, nil, false, func(a *provision.Area, share *shares.Share) error {
-		rec, err := a.AdoptedAs(raw, l.SubDir)
+		rec, err := a.Adoptions().As(raw, l.SubDir)
 		if err != nil || rec == nil {
 			return err
 		}

@@ -346,7 +346,7 @@ func TestLegacyIDsFollowTheirAdoption(t *testing.T) {
 	e, _ := export.New("nfs.example", "/export")
 	adopt := func(req provision.Request) error {
 		return d.shares.On(ctx, e, nil, true, func(a *provision.Area, _ *shares.Share) error {
-			_, err := a.Adopt(req)
+			_, err := a.Adoptions().Adopt(req)
 			return err
 		})
 	}

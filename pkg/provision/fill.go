@@ -20,7 +20,7 @@ import (
 // meanwhile: there is nothing left to fill.
 var ErrGone = errors.New("deleted while it was being filled")
 
-// FillSnapshot makes the copy of the snapshot of id, unless it is complete
+// Fill makes the copy of the snapshot of id, unless it is complete
 // already, with c: into a directory of this attempt's own, renamed to the
 // snapshot's final name only once complete. Copies left by earlier attempts
 // (a crash, or a controller that lost its leadership) are moved into the
@@ -29,73 +29,80 @@ var ErrGone = errors.New("deleted while it was being filled")
 // sealed directory: a snapshot whose source was deleted before its copy
 // was complete is FailedPrecondition, for good. ErrGone: the snapshot
 // was deleted. The caller kicks the purge after an error.
-func (a *Area) FillSnapshot(ctx context.Context, id volumeid.ID, c treecopy.Copier) (treecopy.Result, error) {
+func (sn Snapshots) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (treecopy.Result, error) {
 	var res treecopy.Result
-	s, err := a.Snapshots().Lookup(id)
+	s, err := sn.Lookup(id)
 	if err != nil {
 		return res, err
 	}
 	if s == nil {
 		return res, ErrGone
 	}
-	if ready, err := a.Snapshots().Ready(s); err != nil || ready {
+	if ready, err := sn.Ready(s); err != nil || ready {
 		return res, err
 	}
-	vol, err := readRecord(a.records(), s.SourceKey)
+	vol, err := readRecord(sn.a.records(), s.SourceKey)
 	if err != nil {
 		return res, err
 	}
 	if vol == nil || vol.Token != s.SourceToken || vol.FileID == 0 {
 		return res, fault.New(fault.FailedPrecondition, "snapshot %q: its source volume %q was deleted before the snapshot was complete; delete the snapshot", s.Name, s.SourceName)
 	}
-	dir, err := a.Snapshots().dir(false)
+	dir, err := sn.dir(false)
 	if err != nil {
 		return res, err
 	}
 	attempt := s.attemptPrefix() + volumeid.NewToken()
-	if err := a.Snapshots().trashAttempts(dir, s, attempt); err != nil {
+	if err := sn.trashAttempts(dir, s, attempt); err != nil {
 		return res, err
 	}
 	if err := dir.Mkdir(attempt, 0o700); err != nil {
 		return res, onShare(err, "create %s", path.Join(snapshotsDir, attempt))
 	}
-	src, err := a.openVolumeDir(vol)
+	src, err := sn.a.openVolumeDir(vol)
 	if err != nil {
-		return res, errors.Join(onShare(err, "open the directory of volume %q", vol.Name), a.Snapshots().trashData(dir, attempt))
+		return res, errors.Join(onShare(err, "open the directory of volume %q", vol.Name), sn.trashData(dir, attempt))
 	}
 	defer unix.Close(src)
 	dst, err := openAt(dir, attempt)
 	if err != nil {
-		return res, errors.Join(onShare(err, "open %s", path.Join(snapshotsDir, attempt)), a.Snapshots().trashData(dir, attempt))
+		return res, errors.Join(onShare(err, "open %s", path.Join(snapshotsDir, attempt)), sn.trashData(dir, attempt))
 	}
 	defer unix.Close(dst)
-	res, err = a.agents.copyTree(ctx, c, vol.CopyAgent, src, dst, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, CopyDir{Snapshot: attempt}, true)
+	res, err = sn.a.agents.copyTree(ctx, c, vol.CopyAgent, src, dst, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, CopyDir{Snapshot: attempt}, true)
 	if err != nil {
-		return res, errors.Join(onShare(err, "snapshot %q of volume %q", s.Name, vol.Name), a.Snapshots().trashData(dir, attempt))
+		return res, errors.Join(onShare(err, "snapshot %q of volume %q", s.Name, vol.Name), sn.trashData(dir, attempt))
 	}
 	err = renameBetween(dir, attempt, dir, s.dataName())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return res, fault.New(fault.Aborted, "snapshot %q: another attempt took this one's copy away (a second controller); its own copy is what counts", s.Name)
 	case errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY):
-		return res, a.Snapshots().trashData(dir, attempt) // another attempt finished first
+		return res, sn.trashData(dir, attempt) // another attempt finished first
 	case err != nil:
-		return res, errors.Join(onShare(err, "complete snapshot %q", s.Name), a.Snapshots().trashData(dir, attempt))
+		return res, errors.Join(onShare(err, "complete snapshot %q", s.Name), sn.trashData(dir, attempt))
 	}
 	// Deleted meanwhile: DeleteSnapshot may have moved the copies before
 	// this rename, so the copy is moved away here.
-	if now, err := a.Snapshots().Lookup(id); err == nil && now == nil {
-		return res, errors.Join(ErrGone, a.Snapshots().trashData(dir, s.dataName()))
+	if now, err := sn.Lookup(id); err == nil && now == nil {
+		return res, errors.Join(ErrGone, sn.trashData(dir, s.dataName()))
 	}
 	return res, nil
 }
 
-// checkSource checks that the source of req can fill it: it exists on
+// Fills is the room of an Area that fills volumes made from a snapshot,
+// a volume or a csi-driver-nfs archive.
+type Fills struct{ a *Area }
+
+// Fills returns the area's fills.
+func (a *Area) Fills() Fills { return Fills{a} }
+
+// check checks that the source of req can fill it: it exists on
 // this share, is complete, and fits the requested capacity.
-func (a *Area) checkSource(req Request) error {
+func (fl Fills) check(req Request) error {
 	src := req.Source
 	if src.Archive != "" {
-		fd, err := a.openArchive(src.Archive)
+		fd, err := fl.openArchive(src.Archive)
 		if err != nil {
 			return err
 		}
@@ -103,14 +110,14 @@ func (a *Area) checkSource(req Request) error {
 		return nil
 	}
 	if src.Snapshot {
-		s, err := a.Snapshots().Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
+		s, err := fl.a.Snapshots().Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
 		if err != nil {
 			return err
 		}
 		if s == nil {
 			return fault.New(fault.NotFound, "snapshot %s.%s does not exist on this share", src.Key, src.Token)
 		}
-		ready, err := a.Snapshots().Ready(s)
+		ready, err := fl.a.Snapshots().Ready(s)
 		if err != nil {
 			return err
 		}
@@ -119,7 +126,7 @@ func (a *Area) checkSource(req Request) error {
 		}
 		return fitsIn(req, s.SizeBytes, "snapshot "+s.Name)
 	}
-	vol, err := a.Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
+	vol, err := fl.a.Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
 	if err != nil {
 		return err
 	}
@@ -152,9 +159,9 @@ func fitsIn(req Request, size int64, what string) error {
 // attempt overtaken by another (a second controller) never marks the
 // other's partial copy complete. ErrGone: the volume was deleted. The
 // caller kicks the purge after an error.
-func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (treecopy.Result, error) {
+func (fl Fills) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (treecopy.Result, error) {
 	var res treecopy.Result
-	rec, err := a.Lookup(id)
+	rec, err := fl.a.Lookup(id)
 	if err != nil || rec == nil {
 		if err == nil {
 			err = ErrGone
@@ -171,7 +178,7 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	if rec.Source.Archive != "" {
 		// A csi-driver-nfs snapshot: its tar.gz unpacked (treecopy.Unpack:
 		// nothing in the archive reaches outside the volume).
-		afd, err := a.openArchive(rec.Source.Archive)
+		afd, err := fl.openArchive(rec.Source.Archive)
 		if err != nil {
 			return res, err
 		}
@@ -198,16 +205,16 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 			return res, err
 		}
 	} else {
-		src, from, err := a.openSource(rec)
+		src, from, err := fl.openSource(rec)
 		if err != nil {
 			return res, err
 		}
 		defer unix.Close(src)
 		copyInto = func(dst int) (treecopy.Result, error) {
-			return a.agents.copyTree(ctx, c, rec.CopyAgent, src, dst, from, CopyDir{SubDir: rec.SubDir, Token: rec.Token}, false)
+			return fl.a.agents.copyTree(ctx, c, rec.CopyAgent, src, dst, from, CopyDir{SubDir: rec.SubDir, Token: rec.Token}, false)
 		}
 	}
-	dst, err := a.emptyVolumeDir(id, rec)
+	dst, err := fl.emptyDir(id, rec)
 	if err != nil {
 		return res, err
 	}
@@ -224,7 +231,7 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 	}
 	// Marked usable only if the record still seals the directory this
 	// attempt filled.
-	done, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
+	done, err := updateRecordIf(fl.a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.FileID != st.Ino {
 			return fault.New(fault.Aborted, "volume %q: another attempt made its directory anew while this one filled it; that attempt's copy is what counts", r.Name)
 		}
@@ -244,8 +251,8 @@ func (a *Area) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tre
 // openArchive opens the regular file rel of the share (a csi-driver-nfs
 // snapshot archive) without following any symlink: NotFound when it is not
 // there, FailedPrecondition when it is not a regular file.
-func (a *Area) openArchive(rel string) (int, error) {
-	root, err := a.root.Open(".")
+func (fl Fills) openArchive(rel string) (int, error) {
+	root, err := fl.a.root.Open(".")
 	if err != nil {
 		return -1, err
 	}
@@ -278,17 +285,17 @@ func (a *Area) openArchive(rel string) (int, error) {
 
 // openSource opens the directory the volume rec is filled from, and names
 // it for a copy agent.
-func (a *Area) openSource(rec *Record) (int, CopyDir, error) {
+func (fl Fills) openSource(rec *Record) (int, CopyDir, error) {
 	src := rec.Source
 	if src.Snapshot {
-		s, err := a.Snapshots().Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
+		s, err := fl.a.Snapshots().Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
 		if err != nil {
 			return -1, CopyDir{}, err
 		}
 		if s == nil {
 			return -1, CopyDir{}, fault.New(fault.FailedPrecondition, "volume %q: the snapshot it is restored from was deleted before the restore was complete; delete the volume", rec.Name)
 		}
-		dir, err := a.Snapshots().dir(false)
+		dir, err := fl.a.Snapshots().dir(false)
 		if err != nil {
 			return -1, CopyDir{}, err
 		}
@@ -298,24 +305,24 @@ func (a *Area) openSource(rec *Record) (int, CopyDir, error) {
 		}
 		return fd, CopyDir{Snapshot: s.dataName()}, nil
 	}
-	vol, err := a.Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
+	vol, err := fl.a.Lookup(volumeid.ID{Key: src.Key, Token: src.Token})
 	if err != nil {
 		return -1, CopyDir{}, err
 	}
 	if vol == nil || vol.FileID == 0 {
 		return -1, CopyDir{}, fault.New(fault.FailedPrecondition, "volume %q: the volume it is cloned from was deleted before the clone was complete; delete the volume", rec.Name)
 	}
-	fd, err := a.openVolumeDir(vol)
+	fd, err := fl.a.openVolumeDir(vol)
 	if err != nil {
 		return -1, CopyDir{}, onShare(err, "open the directory of volume %q", vol.Name)
 	}
 	return fd, CopyDir{SubDir: vol.SubDir, Token: vol.Token}, nil
 }
 
-// emptyVolumeDir opens the sealed directory of the filling volume rec,
+// emptyDir opens the sealed directory of the filling volume rec,
 // making it anew first when an earlier attempt left anything in it.
-func (a *Area) emptyVolumeDir(id volumeid.ID, rec *Record) (int, error) {
-	fd, err := a.openVolumeDir(rec)
+func (fl Fills) emptyDir(id volumeid.ID, rec *Record) (int, error) {
+	fd, err := fl.a.openVolumeDir(rec)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return -1, onShare(err, "open the directory of volume %q", rec.Name)
 	}
@@ -329,14 +336,14 @@ func (a *Area) emptyVolumeDir(id volumeid.ID, rec *Record) (int, error) {
 		}
 		unix.Close(fd)
 		klog.Infof("volume %q: an earlier fill was cut; making its directory %q anew", rec.Name, rec.SubDir)
-		if err := a.moveVerified(rec, a.trash, "filling-"+trashName(id)+"."+volumeid.NewToken()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := fl.a.moveVerified(rec, fl.a.trash, "filling-"+trashName(id)+"."+volumeid.NewToken()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return -1, err
 		}
 	}
 	// Gone, or moved away: unseal the record, then make and seal the
 	// directory as Create does.
 	sealed := rec.FileID
-	next, err := updateRecordIf(a.records(), id.Key, id.Token, func(r *Record) error {
+	next, err := updateRecordIf(fl.a.records(), id.Key, id.Token, func(r *Record) error {
 		if r.FileID != sealed {
 			return fault.New(fault.Aborted, "volume %q: another attempt is making its directory anew; retry", r.Name)
 		}
@@ -349,11 +356,11 @@ func (a *Area) emptyVolumeDir(id volumeid.ID, rec *Record) (int, error) {
 	if next == nil {
 		return -1, ErrGone
 	}
-	if err := a.makeDir(id.Key, next, false); err != nil {
+	if err := fl.a.makeDir(id.Key, next, false); err != nil {
 		return -1, err
 	}
 	*rec = *next
-	return a.openVolumeDir(rec)
+	return fl.a.openVolumeDir(rec)
 }
 
 // isEmpty reports whether the directory open as fd has no entries (read

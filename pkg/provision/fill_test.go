@@ -63,7 +63,7 @@ func TestInterruptedFillStartsOverInANewDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := inode(t, filepath.Join(dir, "pvc-clone"))
-	if _, err := a.Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
+	if _, err := a.Fills().Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	now, err := a.Lookup(idOf(rec))
@@ -100,11 +100,11 @@ func TestOvertakenFillNeverCompletesTheVolume(t *testing.T) {
 		// While this attempt copies, another makes the directory anew.
 		os.WriteFile(filepath.Join(dir, "pvc-clone", "other-attempt"), nil, 0o644)
 		cur, _ := a.Lookup(idOf(rec))
-		if _, err := a.emptyVolumeDir(idOf(rec), cur); err != nil {
+		if _, err := a.Fills().emptyDir(idOf(rec), cur); err != nil {
 			t.Errorf("the other attempt: %v", err)
 		}
 	})
-	_, err := a.Fill(context.Background(), idOf(rec), c)
+	_, err := a.Fills().Fill(context.Background(), idOf(rec), c)
 	if err == nil || !strings.Contains(err.Error(), "another attempt") {
 		t.Errorf("overtaken fill: %v; want it refused", err)
 	}
@@ -148,7 +148,7 @@ func TestSnapshotAttemptsNeverLeaveAPartialCopy(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(cut, "half"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.FillSnapshot(context.Background(), sid, treecopy.Default); err != nil {
+	if _, err := a.Snapshots().Fill(context.Background(), sid, treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	if ready, err := a.Snapshots().Ready(snap); !ready || err != nil {
@@ -179,7 +179,7 @@ func TestSnapshotAttemptsNeverLeaveAPartialCopy(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("snapshots directory holds %v after the delete", left)
 	}
-	if _, err := a.FillSnapshot(context.Background(), sid, treecopy.Default); !errors.Is(err, ErrGone) {
+	if _, err := a.Snapshots().Fill(context.Background(), sid, treecopy.Default); !errors.Is(err, ErrGone) {
 		t.Errorf("fill of a deleted snapshot: %v; want ErrGone", err)
 	}
 }
@@ -250,7 +250,7 @@ func TestArchiveRestoreKeepsToTheVolumeCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.Fill(context.Background(), idOf(rec), treecopy.Default)
+	_, err = a.Fills().Fill(context.Background(), idOf(rec), treecopy.Default)
 	if !fault.Is(err, fault.OutOfRange) || !errors.Is(err, treecopy.ErrBounds) {
 		t.Errorf("a 2 MiB archive into a 1 MiB volume: %v, want OutOfRange", err)
 	}

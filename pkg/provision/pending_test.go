@@ -24,7 +24,7 @@ func filledClone(t *testing.T) (string, *Area, *Record) {
 	if err := a.Pending().MarkAsked(idOf(rec), rec, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
+	if _, err := a.Fills().Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	now, err := a.Lookup(idOf(rec))
@@ -129,7 +129,7 @@ func TestHandOutOfAnAbandonedIsAborted(t *testing.T) {
 	if err := a.Pending().HandOut(idOf(rec), rec); !fault.Is(err, fault.Aborted) {
 		t.Fatalf("HandOut = %v, want Aborted", err)
 	}
-	if _, err := a.Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
+	if _, err := a.Fills().Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
 		t.Fatalf("Fill of a complete one = %v", err)
 	}
 }

@@ -111,7 +111,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		// leaves nothing behind. A replay finds its record and is not
 		// checked again (the source may be gone by then).
 		if old, err := readRecord(a.records(), key); err != nil || old == nil || old.Name != req.Name {
-			if err := a.checkSource(req); err != nil {
+			if err := a.Fills().check(req); err != nil {
 				return nil, err
 			}
 		}

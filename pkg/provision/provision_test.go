@@ -289,15 +289,15 @@ func TestAdopt(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "legacy/pvc-old/data"), []byte("x"), 0o600)
 	os.Symlink("/", filepath.Join(dir, "link"))
 	for sub, kind := range map[string]fault.Kind{"missing": fault.NotFound, "link": fault.FailedPrecondition, "..": fault.InvalidArgument} {
-		if _, err := a.Adopt(Request{Name: "x", SubDir: sub, OnDelete: params.Retain}); !fault.Is(err, kind) {
+		if _, err := a.Adoptions().Adopt(Request{Name: "x", SubDir: sub, OnDelete: params.Retain}); !fault.Is(err, kind) {
 			t.Errorf("Adopt(%q) = %v, want %v", sub, err, kind)
 		}
 	}
-	rec, err := a.Adopt(Request{Name: "pvc-old", SubDir: "legacy/pvc-old", OnDelete: params.Archive})
+	rec, err := a.Adoptions().Adopt(Request{Name: "pvc-old", SubDir: "legacy/pvc-old", OnDelete: params.Archive})
 	if err != nil || !rec.Adopted {
 		t.Fatal(rec, err)
 	}
-	if _, err := a.Adopt(Request{Name: "again", SubDir: "legacy/pvc-old", OnDelete: params.Archive}); !fault.Is(err, fault.AlreadyExists) {
+	if _, err := a.Adoptions().Adopt(Request{Name: "again", SubDir: "legacy/pvc-old", OnDelete: params.Archive}); !fault.Is(err, fault.AlreadyExists) {
 		t.Errorf("second adoption: %v", err)
 	}
 	// A directory holding live volumes, exclusive or shared, is refused
@@ -312,12 +312,12 @@ func TestAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sub := range []string{"team-b", "team-c", "legacy"} {
-		if _, err := a.Adopt(Request{Name: "grab-" + sub, SubDir: sub, OnDelete: params.Delete}); !fault.Is(err, fault.FailedPrecondition) {
+		if _, err := a.Adoptions().Adopt(Request{Name: "grab-" + sub, SubDir: sub, OnDelete: params.Delete}); !fault.Is(err, fault.FailedPrecondition) {
 			t.Errorf("Adopt(%q) around a live volume = %v, want FailedPrecondition", sub, err)
 		}
 	}
 	os.MkdirAll(filepath.Join(dir, "team-c/common/inner"), 0o755)
-	if _, err := a.Adopt(Request{Name: "inner", SubDir: "team-c/common/inner", OnDelete: params.Delete}); !fault.Is(err, fault.InvalidArgument) {
+	if _, err := a.Adoptions().Adopt(Request{Name: "inner", SubDir: "team-c/common/inner", OnDelete: params.Delete}); !fault.Is(err, fault.InvalidArgument) {
 		t.Errorf("Adopt inside a shared directory = %v, want InvalidArgument", err)
 	}
 	if _, err := a.Delete(ctx, idOf(rec)); err != nil {
@@ -557,23 +557,23 @@ func TestUnadoptRemovesOnlyItsAdoption(t *testing.T) {
 	dir, a := newShare(t)
 	os.MkdirAll(filepath.Join(dir, "old"), 0o755)
 	os.WriteFile(filepath.Join(dir, "old/data"), []byte("x"), 0o600)
-	rec, err := a.Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Delete})
+	rec, err := a.Adoptions().Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Delete})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := a.Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Delete}); err != nil || again.Token != rec.Token {
+	if again, err := a.Adoptions().Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Delete}); err != nil || again.Token != rec.Token {
 		t.Errorf("the same adoption again = %+v, %v; want its record", again, err)
 	}
 	if _, err := a.Create(ctx, req("made", "made", params.Delete)); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct{ name, sub string }{{"pv-2", "old"}, {"made", "made"}} {
-		if err := a.Unadopt(tt.name, tt.sub); !fault.Is(err, fault.FailedPrecondition) {
-			t.Errorf("Unadopt(%s, %s) = %v, want FailedPrecondition", tt.name, tt.sub, err)
+		if err := a.Adoptions().Undo(tt.name, tt.sub); !fault.Is(err, fault.FailedPrecondition) {
+			t.Errorf("Undo(%s, %s) = %v, want FailedPrecondition", tt.name, tt.sub, err)
 		}
 	}
 	for range 2 {
-		if err := a.Unadopt("pv-1", "old"); err != nil {
+		if err := a.Adoptions().Undo("pv-1", "old"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -581,10 +581,10 @@ func TestUnadoptRemovesOnlyItsAdoption(t *testing.T) {
 		t.Errorf("record left: %+v", got)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "old/data")); err != nil || string(b) != "x" {
-		t.Errorf("data after Unadopt: %q, %v", b, err)
+		t.Errorf("data after Undo: %q, %v", b, err)
 	}
-	if _, err := a.Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Archive}); err != nil {
-		t.Errorf("adopting again after Unadopt: %v", err)
+	if _, err := a.Adoptions().Adopt(Request{Name: "pv-1", SubDir: "old", OnDelete: params.Archive}); err != nil {
+		t.Errorf("adopting again after Undo: %v", err)
 	}
 }
 

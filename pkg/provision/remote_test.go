@@ -93,7 +93,7 @@ func TestSnapshotAndRestoreThroughTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.FillSnapshot(ctx, snapshotIDOf(idOf(src), snap), treecopy.Default); err != nil {
+	if _, err := a.Snapshots().Fill(ctx, snapshotIDOf(idOf(src), snap), treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	if len(g.calls) != 1 || g.calls[0].Src.SubDir != "pvc-src" || g.calls[0].Src.Token != src.Token || !g.calls[0].RootAttrs ||
@@ -107,7 +107,7 @@ func TestSnapshotAndRestoreThroughTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Fill(ctx, idOf(rec), treecopy.Default); err != nil {
+	if _, err := a.Fills().Fill(ctx, idOf(rec), treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	if len(g.calls) != 2 || g.calls[1].Src.Snapshot != snap.dataName() || g.calls[1].Dst.SubDir != "pvc-restore" || g.calls[1].RootAttrs {
@@ -137,12 +137,12 @@ func TestAnAgentThatDoesNotCopyLeavesItToTheController(t *testing.T) {
 	}
 	for _, k := range []fault.Kind{fault.Unavailable, fault.PermissionDenied} {
 		g.err = fault.New(k, "agent down, or without a capability")
-		if _, err := a.Fill(ctx, idOf(rec), treecopy.Default); !fault.Is(err, k) {
+		if _, err := a.Fills().Fill(ctx, idOf(rec), treecopy.Default); !fault.Is(err, k) {
 			t.Fatalf("Fill with the agent failing = %v, want %v", err, k)
 		}
 	}
 	g.err = fault.New(fault.Unimplemented, "unknown method Copy")
-	if _, err := a.Fill(ctx, idOf(rec), treecopy.Default); err != nil {
+	if _, err := a.Fills().Fill(ctx, idOf(rec), treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "pvc-clone", "data")); err != nil || string(b) != "source" {
@@ -277,7 +277,7 @@ func TestAQuotaAgentIsNotAskedToCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.FillSnapshot(ctx, snapshotIDOf(idOf(src), snap), treecopy.Default); err != nil {
+	if _, err := a.Snapshots().Fill(ctx, snapshotIDOf(idOf(src), snap), treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	if len(g.calls) != 0 {
@@ -299,7 +299,7 @@ func TestProgressOfACopyByTheAgent(t *testing.T) {
 	}
 	c := treecopy.Default
 	c.Progress = &treecopy.Progress{}
-	if _, err := a.FillSnapshot(ctx, snapshotIDOf(idOf(src), snap), c); err != nil {
+	if _, err := a.Snapshots().Fill(ctx, snapshotIDOf(idOf(src), snap), c); err != nil {
 		t.Fatal(err)
 	}
 	if c.Progress.Entries.Load() != 7 || c.Progress.Bytes.Load() != 4096 {

@@ -78,7 +78,7 @@ func (s *Snapshot) SourceIs(id volumeid.ID) bool {
 
 // Snapshots is the room of an Area that keeps its share's snapshots: their
 // records and complete copies in .nfsdir/snapshots, and the copies being
-// made. Fills from a snapshot (FillSnapshot, Fill) use it.
+// made (Fill). Volumes restored from a snapshot are filled by Fills.
 type Snapshots struct{ a *Area }
 
 // Snapshots returns the area's snapshots.
@@ -115,7 +115,7 @@ func readSnapshot(dir *os.Root, key string) (*Snapshot, error) {
 
 // Create records a snapshot named name of the volume of src, or
 // returns the record a former call made (a retry). Its copy is made by
-// FillSnapshot. The source must exist and be sealed; NotFound when it does
+// Fill. The source must exist and be sealed; NotFound when it does
 // not exist, AlreadyExists when a snapshot of that name was taken of
 // another volume.
 func (sn Snapshots) Create(name string, src volumeid.ID) (*Snapshot, error) {
@@ -263,7 +263,7 @@ func (sn Snapshots) Delete(id volumeid.ID) error {
 	}
 	// An attempt that renamed its copy after the move above and read the
 	// record before its removal leaves the copy: moved here. (One that
-	// read it after moves its copy away itself: FillSnapshot.)
+	// read it after moves its copy away itself: Fill.)
 	return sn.trashData(dir, s.dataName())
 }
 

@@ -122,8 +122,8 @@ func TestCopiesOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := a.FillSnapshot(ctx, volumeid.SnapshotOf(srcID, snap.Key(), snap.Token), treecopy.Default); err != nil || res.Files != 1 || res.Bytes != 6 {
-		t.Fatalf("FillSnapshot through the agent = %+v, %v", res, err)
+	if res, err := a.Snapshots().Fill(ctx, volumeid.SnapshotOf(srcID, snap.Key(), snap.Token), treecopy.Default); err != nil || res.Files != 1 || res.Bytes != 6 {
+		t.Fatalf("the snapshot's fill through the agent = %+v, %v", res, err)
 	}
 	r := req("pvc-restore")
 	r.Source = &provision.Source{Snapshot: true, Key: snap.Key(), Token: snap.Token}
@@ -131,7 +131,7 @@ func TestCopiesOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Fill(ctx, volumeid.ID{Key: rec.Key(), Token: rec.Token}, treecopy.Default); err != nil {
+	if _, err := a.Fills().Fill(ctx, volumeid.ID{Key: rec.Key(), Token: rec.Token}, treecopy.Default); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "pvc-restore", "data")); err != nil || string(b) != "source" {

@@ -238,7 +238,7 @@ func (s *Set) snapshotState(a *provision.Area, share *Share, id volumeid.ID, sna
 		return st, err
 	}
 	st.Copy = s.ensure(share, snapshotJob(id), func(ctx context.Context, c treecopy.Copier) (treecopy.Result, error) {
-		return a.FillSnapshot(ctx, id, c)
+		return a.Snapshots().Fill(ctx, id, c)
 	}, wait)
 	st.Ready, err = a.Snapshots().Ready(snap)
 	return st, err
@@ -248,7 +248,7 @@ func (s *Set) snapshotState(a *provision.Area, share *Share, id volumeid.ID, sna
 // starting its copy when no attempt runs and waiting up to wait for it.
 func (s *Set) FillState(a *provision.Area, share *Share, id volumeid.ID, wait time.Duration) (filling bool, st CopyState, err error) {
 	st = s.ensure(share, fillJob(id), func(ctx context.Context, c treecopy.Copier) (treecopy.Result, error) {
-		return a.Fill(ctx, id, c)
+		return a.Fills().Fill(ctx, id, c)
 	}, wait)
 	rec, err := a.Lookup(id)
 	if err != nil {
