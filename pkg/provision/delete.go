@@ -176,7 +176,7 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, e
 		case params.Retain:
 			klog.Infof("volume %q: retaining %q", rec.Name, rec.SubDir)
 		case params.Archive:
-			if err := a.archive(rec); err != nil {
+			if err := a.removal().archive(rec); err != nil {
 				return false, err
 			}
 		}
@@ -185,7 +185,7 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, e
 		// Also when nothing is at the path: an interrupted attempt may
 		// have left the directory pending in the trash.
 		StepHook("delete:move", rec.SubDir)
-		if purge, err = a.trashVolume(rec, id, pre.noPending); err != nil {
+		if purge, err = a.removal().toTrash(rec, id, pre.noPending); err != nil {
 			return false, err
 		}
 	}
@@ -201,7 +201,7 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, e
 		tail = append(tail, func() { a.Figures().drop(id.Key, id.Token) })
 	}
 	if rec.OnDelete != params.Retain && !pre.noMarker {
-		tail = append(tail, func() { a.pruneParents(rec.SubDir) })
+		tail = append(tail, func() { a.removal().pruneParents(rec.SubDir) })
 	}
 	a.atOnce()(tail...)
 	return purge, recErr

@@ -336,7 +336,7 @@ func (fl Fills) emptyDir(id volumeid.ID, rec *Record) (int, error) {
 		}
 		unix.Close(fd)
 		klog.Infof("volume %q: an earlier fill was cut; making its directory %q anew", rec.Name, rec.SubDir)
-		if err := fl.a.moveVerified(rec, fl.a.trash, "filling-"+trashName(id)+"."+volumeid.NewToken()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := fl.a.removal().moveVerified(rec, fl.a.trash, "filling-"+trashName(id)+"."+volumeid.NewToken()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return -1, err
 		}
 	}

@@ -205,7 +205,7 @@ func TestSnapshotSourcesAreChecked(t *testing.T) {
 	if _, err := a.Create(context.Background(), r); err == nil || !strings.Contains(err.Error(), "not ready") {
 		t.Errorf("restore from an unfinished snapshot: %v; want it refused", err)
 	}
-	if rec, _ := a.Record(volumeid.KeyForDir("pvc-r")); rec != nil {
+	if rec, _ := a.Inventory().Record(volumeid.KeyForDir("pvc-r")); rec != nil {
 		t.Errorf("a refused restore left a record: %+v", rec)
 	}
 	shared := req("pvc-shared", "common", params.Retain)

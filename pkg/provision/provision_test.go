@@ -531,23 +531,23 @@ func TestInterruptedRemovalsAreSettled(t *testing.T) {
 	// removal that took live's record aside meaning an older token.
 	fatalIf(t, os.Rename(filepath.Join(vols, gone.Key()), filepath.Join(vols, gone.Key()+asideSuffix+gone.Token)))
 	fatalIf(t, os.Rename(filepath.Join(vols, live.Key()), filepath.Join(vols, live.Key()+asideSuffix+"oldtoken")))
-	keys, removals, err := a.VolumeNames()
+	keys, removals, err := a.Inventory().Names()
 	fatalIf(t, err)
 	if len(keys) != 0 || len(removals) != 2 {
 		t.Fatalf("keys %v, removals %v", keys, removals)
 	}
-	if n := a.SettleRemovals(removals, time.Hour); n != 0 {
+	if n := a.Inventory().SettleRemovals(removals, time.Hour); n != 0 {
 		t.Errorf("settled %d removals younger than the grace", n)
 	}
-	if n := a.SettleRemovals(removals, 0); n != 2 {
+	if n := a.Inventory().SettleRemovals(removals, 0); n != 2 {
 		t.Errorf("settled %d of 2", n)
 	}
-	keys, removals, err = a.VolumeNames()
+	keys, removals, err = a.Inventory().Names()
 	fatalIf(t, err)
 	if len(removals) != 0 || len(keys) != 1 || keys[0] != live.Key() {
 		t.Errorf("after settling: keys %v, removals %v; want only %s", keys, removals, live.Key())
 	}
-	if rec, err := a.Record(live.Key()); err != nil || rec == nil || rec.Token != live.Token {
+	if rec, err := a.Inventory().Record(live.Key()); err != nil || rec == nil || rec.Token != live.Token {
 		t.Errorf("live's record: %+v %v", rec, err)
 	}
 }

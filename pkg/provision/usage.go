@@ -84,18 +84,26 @@ func (a *Area) lazyMetaDir(name string, slot **os.Root, create bool) (*os.Root, 
 	return r, nil
 }
 
-// VolumeKeys returns the keys of every record on the share (volumes and
+// Inventory is the room of an Area that lists its share's records, for
+// background work and paged listings, and settles the removals cut short
+// that it finds.
+type Inventory struct{ a *Area }
+
+// Inventory returns the area's inventory.
+func (a *Area) Inventory() Inventory { return Inventory{a} }
+
+// Keys returns the keys of every record on the share (volumes and
 // shared directories), sorted. It lists the whole records directory: for
 // background work and paged listings, never on a volume's request path.
-func (a *Area) VolumeKeys() ([]string, error) {
-	keys, _, err := a.VolumeNames()
+func (in Inventory) Keys() ([]string, error) {
+	keys, _, err := in.Names()
 	return keys, err
 }
 
-// VolumeNames lists the records directory: the keys of the records
+// Names lists the records directory: the keys of the records
 // (sorted), and the names of records a removal took aside (key.del.token).
-func (a *Area) VolumeNames() (keys, removals []string, err error) {
-	names, err := listNames(a.volumes)
+func (in Inventory) Names() (keys, removals []string, err error) {
+	names, err := listNames(in.a.volumes)
 	if err != nil {
 		return nil, nil, onShare(err, "list %s", volumesDir)
 	}
@@ -112,21 +120,21 @@ func (a *Area) VolumeNames() (keys, removals []string, err error) {
 }
 
 // SettleRemovals finishes the record removals among names (from
-// VolumeNames) that were interrupted at least grace ago. A removal takes
+// Names) that were interrupted at least grace ago. A removal takes
 // the record aside, checks it is the one it meant, then removes it; a
 // controller stopped in between, or a share remounted under it, leaves
 // the aside behind, and when no call retries that removal (a creation that
 // dropped its own record), nothing else would. Each is settled as the
 // removal would have: removed if it carries the token its name says, put
 // back otherwise. It returns how many it settled.
-func (a *Area) SettleRemovals(names []string, grace time.Duration) int {
+func (in Inventory) SettleRemovals(names []string, grace time.Duration) int {
 	settled := 0
 	for _, name := range names {
 		key, token, ok := strings.Cut(name, asideSuffix)
 		if !ok {
 			continue
 		}
-		st, err := a.volumes.Lstat(name)
+		st, err := in.a.volumes.Lstat(name)
 		if err != nil {
 			continue
 		}
@@ -134,7 +142,7 @@ func (a *Area) SettleRemovals(names []string, grace time.Duration) int {
 		if sys, ok := st.Sys().(*syscall.Stat_t); !ok || time.Since(time.Unix(sys.Ctim.Unix())) < grace {
 			continue
 		}
-		if err := settleAside(a.records(), key, name, token); err != nil {
+		if err := settleAside(in.a.records(), key, name, token); err != nil {
 			klog.Warningf("settling %s: %v", path.Join(volumesDir, name), err)
 			continue
 		}
@@ -172,9 +180,9 @@ func listNames(r *os.Root) ([]string, error) {
 }
 
 // Record returns the record stored under key, or nil.
-func (a *Area) Record(key string) (*Record, error) {
-	rec, err := readRecord(a.records(), key)
-	a.learnDir(rec)
+func (in Inventory) Record(key string) (*Record, error) {
+	rec, err := readRecord(in.a.records(), key)
+	in.a.learnDir(rec)
 	return rec, err
 }
 

@@ -65,9 +65,9 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := a.VolumeKeys()
+	keys, err := a.Inventory().Keys()
 	if err != nil || len(keys) != 3 {
-		t.Fatalf("VolumeKeys = %v, %v; want the volume, the shared volume and its directory", keys, err)
+		t.Fatalf("Keys = %v, %v; want the volume, the shared volume and its directory", keys, err)
 	}
 	for _, k := range keys {
 		if _, _, _, err := countKey(ctx, a, k); err != nil {
@@ -86,7 +86,7 @@ func TestCountStoresAFigureTheViewReads(t *testing.T) {
 	}
 	// A stray figure (its record removed by hand) is swept.
 	os.Symlink(`{"token":"x"}`, filepath.Join(dir, ".nfsdir/usage/stray"))
-	keys, _ = a.VolumeKeys()
+	keys, _ = a.Inventory().Keys()
 	a.Figures().Drop(keys)
 	if _, err := os.Lstat(filepath.Join(dir, ".nfsdir/usage/stray")); !os.IsNotExist(err) {
 		t.Fatalf("stray figure kept: %v", err)
@@ -117,7 +117,7 @@ func TestCountRefusesAReplacedDirectory(t *testing.T) {
 // countKey reads the record under key and counts it, as the accountant
 // does.
 func countKey(ctx context.Context, a *Area, key string) (*Record, capacity.Figure, bool, error) {
-	rec, err := a.Record(key)
+	rec, err := a.Inventory().Record(key)
 	if err != nil {
 		return nil, capacity.Figure{}, false, err
 	}

@@ -125,7 +125,7 @@ func (ac *accountant) pass(ctx context.Context, share, name string, a *provision
 		l.running, l.lastPass = false, time.Now()
 		ac.mu.Unlock()
 	}()
-	keys, removals, err := a.VolumeNames()
+	keys, removals, err := a.Inventory().Names()
 	if err != nil {
 		klog.Warningf("usage count of %s: %v", name, err)
 		return
@@ -133,7 +133,7 @@ func (ac *accountant) pass(ctx context.Context, share, name string, a *provision
 	a.Figures().Drop(keys)
 	// The pass is the one background listing of the records: it also
 	// finishes record removals left half-way.
-	a.SettleRemovals(removals, settleAfter)
+	a.Inventory().SettleRemovals(removals, settleAfter)
 	live := make(map[string]bool, len(keys))
 	var wg sync.WaitGroup
 	for _, key := range keys {
@@ -174,7 +174,7 @@ func (ac *accountant) pass(ctx context.Context, share, name string, a *provision
 // resume returns when the volume under key is next due, from the time of
 // its stored figure (counted by an earlier or another controller).
 func (ac *accountant) resume(a *provision.Area, key string) time.Time {
-	rec, err := a.Record(key)
+	rec, err := a.Inventory().Record(key)
 	if err != nil || rec == nil {
 		return time.Time{}
 	}
@@ -187,7 +187,7 @@ func (ac *accountant) resume(a *provision.Area, key string) time.Time {
 
 func (ac *accountant) count(ctx context.Context, share, name string, a *provision.Area, l *ledger, key string) {
 	start := time.Now()
-	rec, err := a.Record(key)
+	rec, err := a.Inventory().Record(key)
 	var fig capacity.Figure
 	counted := false
 	if err == nil {

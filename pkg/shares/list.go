@@ -46,7 +46,7 @@ const tokenPrefix = "nfsdir1."
 // each volume is checked too (provision.Area.Health). A token List did
 // not make is Aborted, as the CSI spec asks.
 func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]Listed, string, error) {
-	return pageThrough(ctx, s, "volumes", token, max, nil, listInFlight, (*provision.Area).VolumeKeys,
+	return pageThrough(ctx, s, "volumes", token, max, nil, listInFlight, func(a *provision.Area) ([]string, error) { return a.Inventory().Keys() },
 		func(a *provision.Area, share *Share, k knownExport, key string) (*Listed, error) {
 			return s.listed(a, share, k.e, key, health)
 		},
@@ -184,7 +184,7 @@ func (s *Set) onShareBounded(ctx context.Context, e export.Export, opts mountopt
 // listed returns the volume recorded under key, or nil for a key that
 // holds no volume (gone, or a shared directory's record).
 func (s *Set) listed(a *provision.Area, share *Share, e export.Export, key string, health bool) (*Listed, error) {
-	rec, err := a.Record(key)
+	rec, err := a.Inventory().Record(key)
 	if errors.Is(err, provision.ErrBadRecord) {
 		// One unusable record hides no other volume of the share.
 		klog.Warningf("listing volumes: share %s: %v; left out", e, err)
