@@ -87,31 +87,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 			return nil, err
 		}
 		d.shares = set
-		d.metrics.Gauge("nfsdir_share_mounts_kept", "Share mounts the controller keeps.", func() float64 { return float64(set.Stats().Mounts) })
-		d.metrics.Gauge("nfsdir_purge_queue_length", "Deleted volumes being purged or waiting to be.", func() float64 { return float64(set.Stats().PurgesPending) })
-		d.metrics.Gauge("nfsdir_purge_stuck", "Deleted volumes whose last purge attempt left entries it cannot remove (see the log for their paths); retried with back-off.", func() float64 { return float64(set.Stats().PurgesStuck) })
-		d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(set.Stats().PurgedEntries) })
-		d.metrics.Counter("nfsdir_usage_counts_total", "Volumes whose usage was counted.", func() float64 { return float64(set.Accounting().Counts) })
-		d.metrics.Counter("nfsdir_usage_counts_from_quota_agent_total", "Volumes whose usage their quota agent reported (the server's own accounting), instead of a walk.", func() float64 { return float64(set.Accounting().FromServer) })
-		d.metrics.Counter("nfsdir_usage_count_failures_total", "Usage counts that failed (see the log).", func() float64 { return float64(set.Accounting().Failures) })
-		d.metrics.Counter("nfsdir_usage_counted_inodes_total", "Files and directories found by usage counts.", func() float64 { return float64(set.Accounting().Entries) })
-		d.metrics.GaugeByLabel("nfsdir_volumes_over_capacity", "Volumes whose last count found them using more than their capacity, by share.", "share", func() map[string]float64 { return set.Accounting().OverVolumes })
-		d.metrics.GaugeByLabel("nfsdir_bytes_over_capacity", "Bytes used beyond their capacity by the volumes over it, by share.", "share", func() map[string]float64 { return set.Accounting().OverBytes })
-		d.metrics.Gauge("nfsdir_copies_running", "Snapshot, restore and clone copies running.", func() float64 { return float64(set.Copies().Running) })
-		d.metrics.Counter("nfsdir_copies_completed_total", "Snapshot, restore and clone copies completed.", func() float64 { return float64(set.Copies().Completed) })
-		d.metrics.Counter("nfsdir_copies_failed_total", "Copy attempts that failed (retried; see the log).", func() float64 { return float64(set.Copies().Failed) })
-		d.metrics.Counter("nfsdir_abandoned_volumes_discarded_total", "Volumes made from a snapshot or volume, never handed out, that CreateVolume stopped asking for (--abandon-after) and that were discarded.", func() float64 { return float64(set.AbandonedVolumes()) })
-		d.metrics.Gauge("nfsdir_copies_running_entries", "Entries the running copies have looked at so far (archive entries, for restores of csi-driver-nfs snapshots).", func() float64 { return float64(set.Copies().RunningEntries) })
-		d.metrics.Gauge("nfsdir_copies_running_bytes", "Bytes of file data the running copies have written so far.", func() float64 { return float64(set.Copies().RunningBytes) })
-		d.metrics.Counter("nfsdir_copied_bytes_total", "File data copied by snapshots, restores and clones (holes not counted).", func() float64 { return float64(set.Copies().Bytes) })
-		d.metrics.CounterByLabel("nfsdir_copied_files_total", "Regular files copied by snapshots, restores and clones, by how their data was copied: clone (FICLONE, NFSv4.2 CLONE), copy_file_range (NFSv4.2 COPY: on the server) or read_write (through this controller).", "method", func() map[string]float64 {
-			st := set.Copies()
-			out := map[string]float64{}
-			for m, n := range st.ByMethod {
-				out[treecopy.Method(m).String()] = float64(n)
-			}
-			return out
-		})
+		d.shareMetrics(set)
 		d.controller = &Controller{shares: set,
 			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
 		if pool != nil {
@@ -158,6 +134,36 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	}
 	d.nfsOpsMetrics(d.shares, d.views)
 	return d, nil
+}
+
+// shareMetrics registers the controller's metrics of its shares: mounts,
+// purges, usage counts and copies.
+func (d *Driver) shareMetrics(set *shares.Set) {
+	d.metrics.Gauge("nfsdir_share_mounts_kept", "Share mounts the controller keeps.", func() float64 { return float64(set.Stats().Mounts) })
+	d.metrics.Gauge("nfsdir_purge_queue_length", "Deleted volumes being purged or waiting to be.", func() float64 { return float64(set.Stats().PurgesPending) })
+	d.metrics.Gauge("nfsdir_purge_stuck", "Deleted volumes whose last purge attempt left entries it cannot remove (see the log for their paths); retried with back-off.", func() float64 { return float64(set.Stats().PurgesStuck) })
+	d.metrics.Counter("nfsdir_purged_entries_total", "Files and directories removed by background purges.", func() float64 { return float64(set.Stats().PurgedEntries) })
+	d.metrics.Counter("nfsdir_usage_counts_total", "Volumes whose usage was counted.", func() float64 { return float64(set.Accounting().Counts) })
+	d.metrics.Counter("nfsdir_usage_counts_from_quota_agent_total", "Volumes whose usage their quota agent reported (the server's own accounting), instead of a walk.", func() float64 { return float64(set.Accounting().FromServer) })
+	d.metrics.Counter("nfsdir_usage_count_failures_total", "Usage counts that failed (see the log).", func() float64 { return float64(set.Accounting().Failures) })
+	d.metrics.Counter("nfsdir_usage_counted_inodes_total", "Files and directories found by usage counts.", func() float64 { return float64(set.Accounting().Entries) })
+	d.metrics.GaugeByLabel("nfsdir_volumes_over_capacity", "Volumes whose last count found them using more than their capacity, by share.", "share", func() map[string]float64 { return set.Accounting().OverVolumes })
+	d.metrics.GaugeByLabel("nfsdir_bytes_over_capacity", "Bytes used beyond their capacity by the volumes over it, by share.", "share", func() map[string]float64 { return set.Accounting().OverBytes })
+	d.metrics.Gauge("nfsdir_copies_running", "Snapshot, restore and clone copies running.", func() float64 { return float64(set.Copies().Running) })
+	d.metrics.Counter("nfsdir_copies_completed_total", "Snapshot, restore and clone copies completed.", func() float64 { return float64(set.Copies().Completed) })
+	d.metrics.Counter("nfsdir_copies_failed_total", "Copy attempts that failed (retried; see the log).", func() float64 { return float64(set.Copies().Failed) })
+	d.metrics.Counter("nfsdir_abandoned_volumes_discarded_total", "Volumes made from a snapshot or volume, never handed out, that CreateVolume stopped asking for (--abandon-after) and that were discarded.", func() float64 { return float64(set.AbandonedVolumes()) })
+	d.metrics.Gauge("nfsdir_copies_running_entries", "Entries the running copies have looked at so far (archive entries, for restores of csi-driver-nfs snapshots).", func() float64 { return float64(set.Copies().RunningEntries) })
+	d.metrics.Gauge("nfsdir_copies_running_bytes", "Bytes of file data the running copies have written so far.", func() float64 { return float64(set.Copies().RunningBytes) })
+	d.metrics.Counter("nfsdir_copied_bytes_total", "File data copied by snapshots, restores and clones (holes not counted).", func() float64 { return float64(set.Copies().Bytes) })
+	d.metrics.CounterByLabel("nfsdir_copied_files_total", "Regular files copied by snapshots, restores and clones, by how their data was copied: clone (FICLONE, NFSv4.2 CLONE), copy_file_range (NFSv4.2 COPY: on the server) or read_write (through this controller).", "method", func() map[string]float64 {
+		st := set.Copies()
+		out := map[string]float64{}
+		for m, n := range st.ByMethod {
+			out[treecopy.Method(m).String()] = float64(n)
+		}
+		return out
+	})
 }
 
 // nfsOpsMetrics registers the counts of the NFS operations sent through
