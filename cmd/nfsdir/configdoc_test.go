@@ -27,7 +27,7 @@ func TestConfigurationPageNamesEveryFlag(t *testing.T) {
 		flags   *pflag.FlagSet
 	}{
 		{"Driver flags", driver},
-		{"Server agent flags", quotaAgentFlags(&quotaAgentArgs{})},
+		{"Server agent flags", agentFlags(&agentArgs{})},
 		{"nfsdir adopt flags", adoptFlags(&adoptArgs{})},
 		{"nfsdir migrate flags", migrateFlags(&migrateArgs{})},
 	} {

@@ -4,7 +4,9 @@
 // `nfsdir [flags]` serves CSI; `nfsdir adopt [flags]` hands an existing
 // directory over to nfsdir (docs/migration.md, "Adopting existing data");
 // `nfsdir migrate [flags]` moves the PVs of csi-driver-nfs or
-// nfs-subdir-external-provisioner over (docs/migration.md).
+// nfs-subdir-external-provisioner over (docs/migration.md); `nfsdir agent
+// [flags]` serves quotas, copies and volumes on the NFS server itself
+// (docs/capacity-and-quotas.md).
 package main
 
 import (
@@ -26,13 +28,16 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/version"
 )
 
 func main() {
 	if len(os.Args) > 1 {
-		sub := map[string]func([]string, io.Writer) error{"adopt": runAdopt, "migrate": runMigrate, "quota-agent": runQuotaAgent}[os.Args[1]]
+		sub, warning := subcommand(os.Args[1])
+		if warning != "" {
+			fmt.Fprintln(os.Stderr, warning)
+		}
 		if sub != nil {
 			if err := sub(os.Args[2:], os.Stdout); err != nil {
 				fmt.Fprintf(os.Stderr, "nfsdir %s: %v\n", os.Args[1], err)
@@ -97,7 +102,7 @@ func driverFlags(cfg *config.Config) (*pflag.FlagSet, driverFlagValues) {
 	fs.StringVar(&cfg.QuotaCert, "quota-tls-cert", "", "client certificate (PEM) for the quota agents StorageClasses name with quotaAgent; read again when it changes")
 	fs.StringVar(&cfg.QuotaKey, "quota-tls-key", "", "its private key (PEM)")
 	fs.StringVar(&cfg.QuotaCA, "quota-ca", "", "the CA that signs the quota agents' certificates (PEM)")
-	fs.StringVar(&cfg.QuotaAgentIdentity, "quota-agent-identity", quotaagent.DefaultAgentIdentity, "the identity (URI or DNS subject alternative name) an agent's certificate must hold, besides being signed by --quota-ca for the agent's address and marked for server authentication")
+	fs.StringVar(&cfg.QuotaAgentIdentity, "quota-agent-identity", serveragent.DefaultAgentIdentity, "the identity (URI or DNS subject alternative name) an agent's certificate must hold, besides being signed by --quota-ca for the agent's address and marked for server authentication")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
 	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", cfg.KubeletDir, "kubelet's root directory; the node service mounts only on kubelet's CSI volume paths below it")
@@ -110,6 +115,22 @@ func driverFlags(cfg *config.Config) (*pflag.FlagSet, driverFlagValues) {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.BoolVar(&cfg.CheckOnly, "check-config", false, "validate the flags and exit without serving")
 	return fs, driverFlagValues{mode: mode, onDelete: onDelete, showVersion: showVersion}
+}
+
+// subcommands are nfsdir's commands besides serving CSI, by name.
+var subcommands = map[string]func([]string, io.Writer) error{"adopt": runAdopt, "migrate": runMigrate, "agent": runAgent}
+
+// formerNames are the former names of subcommands, accepted for one more
+// release.
+var formerNames = map[string]string{"quota-agent": "agent"}
+
+// subcommand returns the subcommand called name, or nil, and a warning to
+// print when name is a former one.
+func subcommand(name string) (func([]string, io.Writer) error, string) {
+	if now, ok := formerNames[name]; ok {
+		return subcommands[now], fmt.Sprintf("nfsdir: %q is deprecated and goes in the next release: use \"nfsdir %s\"", name, now)
+	}
+	return subcommands[name], ""
 }
 
 func parseFlags(args []string) (config.Config, bool, error) {

@@ -19,7 +19,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/subdir"
 	"github.com/nfsdir/nfsdir/pkg/usage"
@@ -43,19 +43,19 @@ type Controller struct {
 }
 
 // quotaSetter sets and clears volumes' limits through quota agents
-// (quotaagent.Pool).
+// (serveragent.Pool).
 type quotaSetter interface {
-	Set(ctx context.Context, endpoint string, v quotaagent.Volume, bytes, inodes uint64) (*quotaagent.Usage, error)
-	Clear(ctx context.Context, endpoint string, v quotaagent.Volume) error
+	Set(ctx context.Context, endpoint string, v serveragent.Volume, bytes, inodes uint64) (*serveragent.Usage, error)
+	Clear(ctx context.Context, endpoint string, v serveragent.Volume) error
 }
 
 // agentUsage reads volumes' usage from their quota agents: the
 // accountant's source for the volumes whose size an agent enforces.
-type agentUsage struct{ pool *quotaagent.Pool }
+type agentUsage struct{ pool *serveragent.Pool }
 
 func (u agentUsage) Usage(ctx context.Context, endpoint, share, subDir, token string) (usage.Result, error) {
 	began := time.Now()
-	got, err := u.pool.Get(ctx, endpoint, quotaagent.Volume{Share: share, SubDir: subDir, Token: token})
+	got, err := u.pool.Get(ctx, endpoint, serveragent.Volume{Share: share, SubDir: subDir, Token: token})
 	if err != nil {
 		return usage.Result{}, err
 	}
@@ -74,7 +74,7 @@ func (s *Controller) setQuota(ctx context.Context, e export.Export, rec *provisi
 	if s.quotas == nil {
 		return noQuotaClient(rec.QuotaAgent)
 	}
-	u, err := s.quotas.Set(ctx, rec.QuotaAgent, quotaagent.Volume{Share: e.Share, SubDir: rec.SubDir, Token: rec.Token}, uint64(max(rec.CapacityBytes, 0)), 0)
+	u, err := s.quotas.Set(ctx, rec.QuotaAgent, serveragent.Volume{Share: e.Share, SubDir: rec.SubDir, Token: rec.Token}, uint64(max(rec.CapacityBytes, 0)), 0)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (s *Controller) clearQuota(ctx context.Context, e export.Export, rec *provi
 	if s.quotas == nil {
 		return noQuotaClient(rec.QuotaAgent)
 	}
-	return s.quotas.Clear(ctx, rec.QuotaAgent, quotaagent.Volume{Share: e.Share, SubDir: rec.SubDir, Token: rec.Token})
+	return s.quotas.Clear(ctx, rec.QuotaAgent, serveragent.Volume{Share: e.Share, SubDir: rec.SubDir, Token: rec.Token})
 }
 
 func noQuotaClient(agent string) error {

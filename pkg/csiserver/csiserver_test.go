@@ -21,7 +21,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
@@ -393,15 +393,15 @@ type fakeQuotas struct {
 	fail  error
 }
 
-func (f *fakeQuotas) Set(_ context.Context, endpoint string, v quotaagent.Volume, bytes, _ uint64) (*quotaagent.Usage, error) {
+func (f *fakeQuotas) Set(_ context.Context, endpoint string, v serveragent.Volume, bytes, _ uint64) (*serveragent.Usage, error) {
 	f.calls = append(f.calls, fmt.Sprintf("set %s %s %s %d", endpoint, v.Share, v.SubDir, bytes))
 	if f.fail != nil {
 		return nil, f.fail
 	}
-	return &quotaagent.Usage{Project: 7, LimitBytes: bytes}, nil
+	return &serveragent.Usage{Project: 7, LimitBytes: bytes}, nil
 }
 
-func (f *fakeQuotas) Clear(_ context.Context, endpoint string, v quotaagent.Volume) error {
+func (f *fakeQuotas) Clear(_ context.Context, endpoint string, v serveragent.Volume) error {
 	f.calls = append(f.calls, fmt.Sprintf("clear %s %s %s", endpoint, v.Share, v.SubDir))
 	return f.fail
 }

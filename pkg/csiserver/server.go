@@ -27,7 +27,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/kubeapi"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
@@ -66,12 +66,12 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
-		var pool *quotaagent.Pool
+		var pool *serveragent.Pool
 		acct := shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}
 		copying := shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}
 		if cfg.QuotaCert != "" || cfg.QuotaKey != "" || cfg.QuotaCA != "" {
 			var err error
-			if pool, err = quotaagent.NewPool(quotaagent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA}, cmp.Or(cfg.QuotaAgentIdentity, quotaagent.DefaultAgentIdentity)); err != nil {
+			if pool, err = serveragent.NewPool(serveragent.Files{Cert: cfg.QuotaCert, Key: cfg.QuotaKey, CA: cfg.QuotaCA}, cmp.Or(cfg.QuotaAgentIdentity, serveragent.DefaultAgentIdentity)); err != nil {
 				return nil, fmt.Errorf("quota agents' client certificate: %w", err)
 			}
 			pool.Observe(func(agent, method string, err error, took time.Duration) {
@@ -288,7 +288,7 @@ func (d *Driver) release(stopBy time.Time) {
 	if d.shares == nil {
 		return
 	}
-	if p, ok := d.controller.quotas.(*quotaagent.Pool); ok {
+	if p, ok := d.controller.quotas.(*serveragent.Pool); ok {
 		p.Close()
 	}
 	// Purges stop between removals; one blocked in the kernel is left.

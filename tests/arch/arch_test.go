@@ -60,8 +60,8 @@ func eachImport(t *testing.T, pattern string, fn func(pkg, imp string)) {
 func TestOnlyCSIServerImportsGRPC(t *testing.T) {
 	eachImport(t, module+"/pkg/...", func(pkg, imp string) {
 		grpc := strings.HasPrefix(imp, "google.golang.org/grpc") || strings.HasPrefix(imp, "github.com/container-storage-interface/")
-		if grpc && pkg != module+"/pkg/csiserver" && pkg != module+"/pkg/quotaagent" && pkg != module+"/pkg/grpcstatus" {
-			t.Errorf("%s imports %s; only pkg/csiserver, pkg/quotaagent and pkg/grpcstatus may", pkg, imp)
+		if grpc && pkg != module+"/pkg/csiserver" && pkg != module+"/pkg/serveragent" && pkg != module+"/pkg/grpcstatus" {
+			t.Errorf("%s imports %s; only pkg/csiserver, pkg/serveragent and pkg/grpcstatus may", pkg, imp)
 		}
 		if imp == module+"/pkg/csiserver" {
 			t.Errorf("%s imports csiserver; only cmd and tests may", pkg)

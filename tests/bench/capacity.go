@@ -18,7 +18,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/usage"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
@@ -246,11 +246,11 @@ func (b *bench) agentRound(where, agent string, p map[string]string, vc *csi.Vol
 	p["copyAgent"], p["onDelete"] = agent, "delete"
 	b.cdRound("made-warm-up"+where, p, vc)
 	r := b.cdRound("made"+where, p, vc)
-	tlsCfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: b.pki.Client.Cert, Key: b.pki.Client.Key, CA: b.pki.CA}, quotaagent.DefaultAgentIdentity)
+	tlsCfg, err := serveragent.ClientTLS(serveragent.Files{Cert: b.pki.Client.Cert, Key: b.pki.Client.Key, CA: b.pki.CA}, serveragent.DefaultAgentIdentity)
 	if err != nil {
 		die(err)
 	}
-	cl, closeAgent, err := quotaagent.Dial(agent, tlsCfg)
+	cl, closeAgent, err := serveragent.Dial(agent, tlsCfg)
 	if err != nil {
 		die(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
@@ -27,12 +27,12 @@ func startQuotaAgent(ctx context.Context, dir string) (lab.PKI, error) {
 	}
 	root := os.Getenv("NFSDIR_LAB_QUOTA_EXPORT")
 	export := os.Getenv("NFSDIR_LAB_EXPORT") // for copies only: tmpfs has no project quotas
-	agent, err := quotaagent.New(quotaagent.Config{Exports: []quotaagent.Export{{Share: root, Dir: root}},
-		CopyExports: []quotaagent.Export{{Share: export, Dir: export}}, FirstProject: 7000, LastProject: 7999})
+	agent, err := serveragent.New(serveragent.Config{Exports: []serveragent.Export{{Share: root, Dir: root}},
+		CopyExports: []serveragent.Export{{Share: export, Dir: export}}, FirstProject: 7000, LastProject: 7999})
 	if err != nil {
 		return pki, err
 	}
-	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA}, quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}})
+	tlsCfg, err := serveragent.ServerTLS(serveragent.Files{Cert: pki.Server.Cert, Key: pki.Server.Key, CA: pki.CA}, serveragent.Identities{Controllers: []string{serveragent.DefaultControllerIdentity}})
 	if err != nil {
 		return pki, err
 	}
@@ -40,7 +40,7 @@ func startQuotaAgent(ctx context.Context, dir string) (lab.PKI, error) {
 	if err != nil {
 		return pki, err
 	}
-	go quotaagent.Serve(ctx, l, agent, tlsCfg, quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}})
+	go serveragent.Serve(ctx, l, agent, tlsCfg, serveragent.Identities{Controllers: []string{serveragent.DefaultControllerIdentity}})
 	return pki, nil
 }
 

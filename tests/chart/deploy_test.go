@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nfsdir/nfsdir/pkg/params"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 )
 
 // TestManifestsMatchChart fails when deploy/nfsdir.yaml drifts from the
@@ -222,7 +222,7 @@ func checkCertificate(t *testing.T, f string, doc []byte) {
 	t.Helper()
 	var c certificate
 	strictDecode(t, doc, &c)
-	want := map[string]string{quotaagent.DefaultAgentIdentity: "server auth", quotaagent.DefaultControllerIdentity: "client auth"}
+	want := map[string]string{serveragent.DefaultAgentIdentity: "server auth", serveragent.DefaultControllerIdentity: "client auth"}
 	if c.APIVersion != "cert-manager.io/v1" || len(c.Spec.URIs) != 1 || want[c.Spec.URIs[0]] == "" ||
 		!slices.Contains(c.Spec.Usages, want[c.Spec.URIs[0]]) || c.Spec.SecretName == "" {
 		t.Errorf("%s: Certificate %s: identities %v, usages %v: want one of %v with its usage", f, c.Metadata.Name, c.Spec.URIs, c.Spec.Usages, want)

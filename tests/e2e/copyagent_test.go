@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/treecopy/treecopytest"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
@@ -39,7 +39,7 @@ func TestCopiesThroughTheCopyAgent(t *testing.T) {
 		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
 	})
 	audit := filepath.Join(t.TempDir(), "audit.log")
-	agent := startAgent(t, []string{"quota-agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export(),
+	agent := startAgent(t, []string{"agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export(),
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--audit-log", audit})
 	defer func() { agent.stop() }()
 	vc := lab.RWX("nfsvers=4.2")
@@ -85,14 +85,14 @@ func TestCopiesThroughTheCopyAgent(t *testing.T) {
 
 	// Quotas on a copies-only export are refused, naming the flag.
 	cl := dialAgent(t, pki.Client, pki.CA)
-	if _, err := cl.Get(lab.Ctx(t, time.Minute), &quotaagent.Volume{Share: lab.Export(), SubDir: "pvc-agent-src", Token: tokenOf(t, src.VolumeId)}); err == nil || !strings.Contains(err.Error(), "--copy-export") {
+	if _, err := cl.Get(lab.Ctx(t, time.Minute), &serveragent.Volume{Share: lab.Export(), SubDir: "pvc-agent-src", Token: tokenOf(t, src.VolumeId)}); err == nil || !strings.Contains(err.Error(), "--copy-export") {
 		t.Errorf("quota Get on a copies-only export: %v", err)
 	}
 
 	// A slow copy (the agent paced to 200 entries a second) shows its
 	// progress in CreateVolume's answers while it runs.
 	agent.stop()
-	agent = startAgent(t, []string{"quota-agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export(),
+	agent = startAgent(t, []string{"agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export(),
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--copy-rate", "200"})
 	var progress string
 	for i := 0; i < 150 && progress == ""; i++ {
@@ -143,7 +143,7 @@ func TestCopyAgentWithLeastPrivilege(t *testing.T) {
 	c := start(t, func(cfg *config.Config) {
 		cfg.QuotaCert, cfg.QuotaKey, cfg.QuotaCA = pki.Client.Cert, pki.Client.Key, pki.CA
 	})
-	args := append([]string{"quota-agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export()},
+	args := append([]string{"agent", "--listen", "127.0.0.1:29700", "--copy-export", lab.Export() + "=" + lab.Export()},
 		nobodysFiles(t, pki)...)
 	caps := []uintptr{unix.CAP_DAC_READ_SEARCH, unix.CAP_DAC_OVERRIDE, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID}
 	p := params("onDelete", "delete", "copyAgent", "127.0.0.1:29700")
@@ -213,7 +213,7 @@ func TestVolumesMadeOnTheServerByTheAgent(t *testing.T) {
 		cfg.CountEvery = 0 // no usage counts beside the calls counted
 	})
 	audit := filepath.Join(t.TempDir(), "audit.log")
-	agent := startAgent(t, []string{"quota-agent", "--listen", "127.0.0.1:29700",
+	agent := startAgent(t, []string{"agent", "--listen", "127.0.0.1:29700",
 		"--copy-export", lab.Export() + "=" + lab.Export(), "--copy-export", lab.SquashExport() + "=" + lab.SquashExport(),
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--audit-log", audit})
 	defer agent.stop()

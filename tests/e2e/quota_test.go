@@ -25,7 +25,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/quota"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
@@ -229,7 +229,7 @@ func fillFile(f *os.File, n int) (int, error) {
 	return written, f.Close()
 }
 
-// TestQuotaAgentOnRealXFS: `nfsdir quota-agent` in the lab guest, talking
+// TestQuotaAgentOnRealXFS: `nfsdir agent` in the lab guest, talking
 // mutual TLS on the loopback: it gives an nfsdir volume on the prjquota
 // export a project and its limit; a writer through NFS stops there and df
 // shows it; a higher limit lets the writer go on; a client certificate of
@@ -244,7 +244,7 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	root := lab.QuotaExport()
 	pki := lab.NewPKI(t)
 	audit := filepath.Join(t.TempDir(), "audit.log")
-	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
+	agentArgs := []string{"agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA,
 		"--projects", "5000-5099", "--audit-log", audit}
 	agent := startAgent(t, agentArgs)
@@ -256,12 +256,12 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol := quotaagent.Volume{Share: root, SubDir: v.VolumeContext["subDir"], Token: id.Token}
-	u, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 16 << 20, Inodes: 1000})
+	vol := serveragent.Volume{Share: root, SubDir: v.VolumeContext["subDir"], Token: id.Token}
+	u, err := cl.Set(ctx, &serveragent.SetRequest{Volume: vol, Bytes: 16 << 20, Inodes: 1000})
 	if err != nil || u.Project < 5000 || u.Project > 5099 || u.LimitBytes != 16<<20 {
 		t.Fatalf("Set = %+v, %v", u, err)
 	}
-	if again, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 16 << 20, Inodes: 1000}); err != nil || again.Project != u.Project {
+	if again, err := cl.Set(ctx, &serveragent.SetRequest{Volume: vol, Bytes: 16 << 20, Inodes: 1000}); err != nil || again.Project != u.Project {
 		t.Errorf("the same Set again = %+v, %v; want project %d", again, err, u.Project)
 	}
 	mnt := nfsMount(t, lab.Server()+":"+root, "vers=4.2")
@@ -273,7 +273,7 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	if err := unix.Statfs(nfsMount(t, lab.Server()+":"+filepath.Join(root, vol.SubDir), "vers=4.2"), &st); err != nil || st.Blocks*uint64(st.Bsize) != 16<<20 {
 		t.Errorf("df of the volume over NFS: %d bytes, %v; want 16 MiB", st.Blocks*uint64(st.Bsize), err)
 	}
-	if _, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 40 << 20, Inodes: 1000}); err != nil {
+	if _, err := cl.Set(ctx, &serveragent.SetRequest{Volume: vol, Bytes: 40 << 20, Inodes: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := fill(filepath.Join(mnt, vol.SubDir, "more"), 8<<20); err != nil {
@@ -290,17 +290,17 @@ func TestQuotaAgentOnRealXFS(t *testing.T) {
 	os.Symlink(vol.SubDir, filepath.Join(root, rsub))
 	for _, tt := range []struct {
 		what string
-		v    quotaagent.Volume
+		v    serveragent.Volume
 		code codes.Code
 	}{
-		{"a share outside the roots", quotaagent.Volume{Share: lab.Export(), SubDir: vol.SubDir, Token: vol.Token}, codes.PermissionDenied},
-		{"a wrong token", quotaagent.Volume{Share: root, SubDir: vol.SubDir, Token: "aaaaaaaa"}, codes.NotFound},
-		{"a directory nfsdir did not record", quotaagent.Volume{Share: root, SubDir: "stray", Token: vol.Token}, codes.NotFound},
-		{"a symlink", quotaagent.Volume{Share: root, SubDir: "link", Token: vol.Token}, codes.NotFound},
-		{"a recorded directory replaced by a symlink", quotaagent.Volume{Share: root, SubDir: rsub, Token: rid.Token}, codes.FailedPrecondition},
-		{"a path out of the root", quotaagent.Volume{Share: root, SubDir: "../etc", Token: vol.Token}, codes.InvalidArgument},
+		{"a share outside the roots", serveragent.Volume{Share: lab.Export(), SubDir: vol.SubDir, Token: vol.Token}, codes.PermissionDenied},
+		{"a wrong token", serveragent.Volume{Share: root, SubDir: vol.SubDir, Token: "aaaaaaaa"}, codes.NotFound},
+		{"a directory nfsdir did not record", serveragent.Volume{Share: root, SubDir: "stray", Token: vol.Token}, codes.NotFound},
+		{"a symlink", serveragent.Volume{Share: root, SubDir: "link", Token: vol.Token}, codes.NotFound},
+		{"a recorded directory replaced by a symlink", serveragent.Volume{Share: root, SubDir: rsub, Token: rid.Token}, codes.FailedPrecondition},
+		{"a path out of the root", serveragent.Volume{Share: root, SubDir: "../etc", Token: vol.Token}, codes.InvalidArgument},
 	} {
-		if _, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: tt.v, Bytes: 1 << 20}); status.Code(err) != tt.code {
+		if _, err := cl.Set(ctx, &serveragent.SetRequest{Volume: tt.v, Bytes: 1 << 20}); status.Code(err) != tt.code {
 			t.Errorf("%s: %v, want %s", tt.what, err, tt.code)
 		}
 	}
@@ -345,12 +345,12 @@ func (p *agentProc) stop() {
 	<-p.exited
 }
 
-// startAgent runs `nfsdir quota-agent` as root and waits until it listens.
+// startAgent runs `nfsdir agent` as root and waits until it listens.
 func startAgent(t *testing.T, args []string) *agentProc {
 	return startAgentAs(t, args, nil)
 }
 
-// startAgentAs runs `nfsdir quota-agent` with attr (user, capabilities;
+// startAgentAs runs `nfsdir agent` with attr (user, capabilities;
 // nil: as the test, root) and waits until it listens.
 func startAgentAs(t *testing.T, args []string, attr *syscall.SysProcAttr) *agentProc {
 	t.Helper()
@@ -405,7 +405,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 }
 func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
 
-func dialAgent(t *testing.T, f lab.CertFiles, ca string) *quotaagent.Client {
+func dialAgent(t *testing.T, f lab.CertFiles, ca string) *serveragent.Client {
 	t.Helper()
 	cl := dialAgentErr(f, ca)
 	if err := cl.Probe(context.Background()); err != nil {
@@ -414,12 +414,12 @@ func dialAgent(t *testing.T, f lab.CertFiles, ca string) *quotaagent.Client {
 	return cl
 }
 
-func dialAgentErr(f lab.CertFiles, ca string) *quotaagent.Client {
-	cfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: f.Cert, Key: f.Key, CA: ca}, quotaagent.DefaultAgentIdentity)
+func dialAgentErr(f lab.CertFiles, ca string) *serveragent.Client {
+	cfg, err := serveragent.ClientTLS(serveragent.Files{Cert: f.Cert, Key: f.Key, CA: ca}, serveragent.DefaultAgentIdentity)
 	if err != nil {
 		panic(err)
 	}
-	cl, _, err := quotaagent.Dial("127.0.0.1:29700", cfg)
+	cl, _, err := serveragent.Dial("127.0.0.1:29700", cfg)
 	if err != nil {
 		panic(err)
 	}
@@ -457,7 +457,7 @@ func quotaThroughTheController(t *testing.T, root, metricsAddr string, full sysc
 		cfg.CountEvery, cfg.CountRate = time.Second, 0
 		cfg.MetricsAddress = metricsAddr
 	})
-	agentArgs := []string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
+	agentArgs := []string{"agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root,
 		"--tls-cert", pki.Server.Cert, "--tls-key", pki.Server.Key, "--client-ca", pki.CA, "--projects", "6000-6099"}
 	agent := startAgent(t, agentArgs)
 	defer func() { agent.stop() }()
@@ -560,13 +560,13 @@ func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
 	c := start(t, nil)
 	root := lab.QuotaExport()
 	pki := lab.NewPKI(t)
-	args := append([]string{"quota-agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root, "--projects", "7000-7099"},
+	args := append([]string{"agent", "--listen", "127.0.0.1:29700", "--export", root + "=" + root, "--projects", "7000-7099"},
 		nobodysFiles(t, pki)...)
 	const sysAdmin, fowner, dacReadSearch = unix.CAP_SYS_ADMIN, unix.CAP_FOWNER, unix.CAP_DAC_READ_SEARCH
 	v := c.Create(t, "pvc-quota-least", params("share", root), lab.RWX())
 	defer c.Delete(t, v)
 	id, _ := volumeid.Parse(v.VolumeId)
-	vol := quotaagent.Volume{Share: root, SubDir: v.VolumeContext["subDir"], Token: id.Token}
+	vol := serveragent.Volume{Share: root, SubDir: v.VolumeContext["subDir"], Token: id.Token}
 	dir := filepath.Join(root, vol.SubDir)
 	untouched := func(what string) {
 		t.Helper()
@@ -594,7 +594,7 @@ func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
 				t.Errorf("without %s: the agent exits without saying what it may not do: %q", tt.without, out)
 			}
 		} else {
-			_, err := dialAgent(t, pki.Client, pki.CA).Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 4 << 20})
+			_, err := dialAgent(t, pki.Client, pki.CA).Set(ctx, &serveragent.SetRequest{Volume: vol, Bytes: 4 << 20})
 			agent.stop()
 			if err == nil {
 				t.Errorf("without %s: Set succeeded", tt.without)
@@ -615,7 +615,7 @@ func TestQuotaAgentWithLeastPrivilege(t *testing.T) {
 		}
 	}
 	cl := dialAgent(t, pki.Client, pki.CA)
-	u, err := cl.Set(ctx, &quotaagent.SetRequest{Volume: vol, Bytes: 4 << 20})
+	u, err := cl.Set(ctx, &serveragent.SetRequest{Volume: vol, Bytes: 4 << 20})
 	if err != nil || u.Project < 7000 || u.Project > 7099 || u.LimitBytes != 4<<20 {
 		t.Fatalf("Set with the three capabilities: %+v, %v", u, err)
 	}

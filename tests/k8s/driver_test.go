@@ -160,7 +160,7 @@ func (c *cluster) setupQuota(pod *corev1.Pod) {
 	const image = "lab.local/nfsdir:lab" // the chart's nfsdir image in the lab
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 		Name: "quota-agent", Image: image, ImagePullPolicy: corev1.PullNever,
-		Command: []string{"/nfsdir", "quota-agent", "--listen=" + nodeIP + ":" + quotaAgentPort, "--export=/quota=/exports/quota",
+		Command: []string{"/nfsdir", "agent", "--listen=" + nodeIP + ":" + quotaAgentPort, "--export=/quota=/exports/quota",
 			"--tls-cert=/certs/tls.crt", "--tls-key=/certs/tls.key", "--client-ca=/certs/ca.crt", "--audit-log=/exports/quota-audit.log"},
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)},
 		VolumeMounts:    []corev1.VolumeMount{{Name: "exports", MountPath: "/exports"}, {Name: "certs", MountPath: "/certs", ReadOnly: true}},

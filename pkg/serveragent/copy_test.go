@@ -1,4 +1,4 @@
-package quotaagent_test
+package serveragent_test
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 	"github.com/nfsdir/nfsdir/tests/lab"
@@ -33,16 +33,16 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // labIDs pin the lab's controller certificate to the controller role.
-var labIDs = quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}}
+var labIDs = serveragent.Identities{Controllers: []string{serveragent.DefaultControllerIdentity}}
 
 // serveAgent serves an agent with cfg on a loopback port, with mutual
 // TLS, until the test ends, and returns a controller's Pool for it and
 // its endpoint.
-func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) {
+func serveAgent(t *testing.T, cfg serveragent.Config) (*serveragent.Pool, string) {
 	t.Helper()
 	pki := lab.NewPKI(t)
 	endpoint := serve(t, cfg, pki, pki.Server, labIDs)
-	pool, err := quotaagent.NewPool(quotaagent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA}, quotaagent.DefaultAgentIdentity)
+	pool, err := serveragent.NewPool(serveragent.Files{Cert: pki.Client.Cert, Key: pki.Client.Key, CA: pki.CA}, serveragent.DefaultAgentIdentity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,13 +53,13 @@ func serveAgent(t *testing.T, cfg quotaagent.Config) (*quotaagent.Pool, string) 
 // serve serves an agent with cfg on a loopback port with the server
 // certificate server of pki, pinning ids, until the test ends, and
 // returns its endpoint.
-func serve(t *testing.T, cfg quotaagent.Config, pki lab.PKI, server lab.CertFiles, ids quotaagent.Identities) string {
+func serve(t *testing.T, cfg serveragent.Config, pki lab.PKI, server lab.CertFiles, ids serveragent.Identities) string {
 	t.Helper()
-	agent, err := quotaagent.New(cfg)
+	agent, err := serveragent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsCfg, err := quotaagent.ServerTLS(quotaagent.Files{Cert: server.Cert, Key: server.Key, CA: pki.CA}, ids)
+	tlsCfg, err := serveragent.ServerTLS(serveragent.Files{Cert: server.Cert, Key: server.Key, CA: pki.CA}, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +69,14 @@ func serve(t *testing.T, cfg quotaagent.Config, pki lab.PKI, server lab.CertFile
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go quotaagent.Serve(ctx, l, agent, tlsCfg, ids)
+	go serveragent.Serve(ctx, l, agent, tlsCfg, ids)
 	return l.Addr().String()
 }
 
 // controllerArea opens nfsdir's metadata area in dir (making it) as a
 // controller does through its mount, with the agents of pool serving the
 // share as "/e" (nil: no agents); it is closed when the test ends.
-func controllerArea(t *testing.T, dir string, pool *quotaagent.Pool) *provision.Area {
+func controllerArea(t *testing.T, dir string, pool *serveragent.Pool) *provision.Area {
 	t.Helper()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -102,7 +102,7 @@ func TestCopiesOverGRPC(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	var audit lockedBuffer
-	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
+	pool, endpoint := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}},
 		FirstProject: 1, LastProject: 9, Audit: &audit})
 
 	a := controllerArea(t, dir, pool)
@@ -140,7 +140,7 @@ func TestCopiesOverGRPC(t *testing.T) {
 	if n := strings.Count(audit.String(), `"op":"copy"`); n != 2 || strings.Contains(audit.String(), `"error"`) {
 		t.Errorf("audit trail:\n%s", audit.String())
 	}
-	_, err = pool.Set(ctx, endpoint, quotaagent.Volume{Share: "/e", SubDir: "pvc-src", Token: src.Token}, 1<<20, 0)
+	_, err = pool.Set(ctx, endpoint, serveragent.Volume{Share: "/e", SubDir: "pvc-src", Token: src.Token}, 1<<20, 0)
 	if !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "--copy-export") {
 		t.Errorf("Set on a copies-only export = %v", err)
 	}
@@ -167,15 +167,15 @@ func TestCopiesOverGRPC(t *testing.T) {
 // it for copies only. An export given twice is refused.
 func TestExportsChecked(t *testing.T) {
 	dir := t.TempDir()
-	_, err := quotaagent.New(quotaagent.Config{Exports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	_, err := serveragent.New(serveragent.Config{Exports: []serveragent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
 	if err == nil || !strings.Contains(err.Error(), "--copy-export") {
 		t.Errorf("an --export without project quotas: %v", err)
 	}
-	_, err = quotaagent.New(quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}, {Share: "/e/", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	_, err = serveragent.New(serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}, {Share: "/e/", Dir: dir}}, FirstProject: 1, LastProject: 9})
 	if err == nil {
 		t.Error("an export given twice was taken")
 	}
-	_, err = quotaagent.New(quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: filepath.Join(dir, "missing")}}, FirstProject: 1, LastProject: 9})
+	_, err = serveragent.New(serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: filepath.Join(dir, "missing")}}, FirstProject: 1, LastProject: 9})
 	if err == nil {
 		t.Error("a missing export directory was taken")
 	}

@@ -1,4 +1,4 @@
-package quotaagent_test
+package serveragent_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
@@ -24,19 +24,19 @@ var readerURI = &url.URL{Scheme: "urn", Opaque: "nfsdir:reader"}
 // agentWith serves an agent (one export, for copies only)
 // with the server certificate server of pki, pinning ids, and returns its
 // endpoint.
-func agentWith(t *testing.T, pki lab.PKI, server lab.CertFiles, ids quotaagent.Identities) string {
+func agentWith(t *testing.T, pki lab.PKI, server lab.CertFiles, ids serveragent.Identities) string {
 	t.Helper()
-	return serve(t, quotaagent.Config{FirstProject: 100, LastProject: 200, CopyExports: []quotaagent.Export{{Share: "/e", Dir: t.TempDir()}}}, pki, server, ids)
+	return serve(t, serveragent.Config{FirstProject: 100, LastProject: 200, CopyExports: []serveragent.Export{{Share: "/e", Dir: t.TempDir()}}}, pki, server, ids)
 }
 
 // clientOf dials endpoint with the client certificate f.
-func clientOf(t *testing.T, pki lab.PKI, f lab.CertFiles, endpoint string) *quotaagent.Client {
+func clientOf(t *testing.T, pki lab.PKI, f lab.CertFiles, endpoint string) *serveragent.Client {
 	t.Helper()
-	cfg, err := quotaagent.ClientTLS(quotaagent.Files{Cert: f.Cert, Key: f.Key, CA: pki.CA}, quotaagent.DefaultAgentIdentity)
+	cfg, err := serveragent.ClientTLS(serveragent.Files{Cert: f.Cert, Key: f.Key, CA: pki.CA}, serveragent.DefaultAgentIdentity)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, closeIt, err := quotaagent.Dial(endpoint, cfg)
+	cl, closeIt, err := serveragent.Dial(endpoint, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func issue(t *testing.T, pki lab.PKI, name string, tmpl *x509.Certificate) lab.C
 	return f
 }
 
-func probe(cl *quotaagent.Client) error {
+func probe(cl *serveragent.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return cl.Probe(ctx)
@@ -64,7 +64,7 @@ func probe(cl *quotaagent.Client) error {
 // each role call only its methods.
 func TestAgentAuthorizesByPinnedIdentityNotByCA(t *testing.T) {
 	pki := lab.NewPKI(t)
-	ids := quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}, Readers: []string{readerURI.String()}}
+	ids := serveragent.Identities{Controllers: []string{serveragent.DefaultControllerIdentity}, Readers: []string{readerURI.String()}}
 	endpoint := agentWith(t, pki, pki.Server, ids)
 	clientAuth := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	for _, tt := range []struct {
@@ -89,12 +89,12 @@ func TestAgentAuthorizesByPinnedIdentityNotByCA(t *testing.T) {
 		t.Errorf("a reader's Probe: %v", err)
 	}
 	ctx := context.Background()
-	v := &quotaagent.Volume{Share: "/e", SubDir: "pvc-1", Token: "abcdefgh"}
+	v := &serveragent.Volume{Share: "/e", SubDir: "pvc-1", Token: "abcdefgh"}
 	if _, err := reader.Get(ctx, v); status.Code(err) == codes.PermissionDenied {
 		t.Errorf("a reader's Get: %v", err)
 	}
 	for method, err := range map[string]error{
-		"Set":          func() error { _, err := reader.Set(ctx, &quotaagent.SetRequest{Volume: *v, Bytes: 1}); return err }(),
+		"Set":          func() error { _, err := reader.Set(ctx, &serveragent.SetRequest{Volume: *v, Bytes: 1}); return err }(),
 		"Clear":        reader.Clear(ctx, v),
 		"MakeVolume":   func() error { _, err := reader.MakeVolume(ctx, &provision.RemoteMake{}); return err }(),
 		"RemoveVolume": func() error { _, err := reader.RemoveVolume(ctx, &provision.RemoteRemove{}); return err }(),
@@ -111,7 +111,7 @@ func TestAgentAuthorizesByPinnedIdentityNotByCA(t *testing.T) {
 // certificate of the CA for the agent's address does not pass for one.
 func TestControllerPinsTheAgentsIdentity(t *testing.T) {
 	pki := lab.NewPKI(t)
-	ids := quotaagent.Identities{Controllers: []string{quotaagent.DefaultControllerIdentity}}
+	ids := serveragent.Identities{Controllers: []string{serveragent.DefaultControllerIdentity}}
 	serverAuth := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	loopback := []net.IP{net.ParseIP("127.0.0.1")}
 	for _, tt := range []struct {
@@ -139,7 +139,7 @@ func TestAgentErrorsKeepItsPathsToItself(t *testing.T) {
 	if err := os.MkdirAll(local, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: local}}, FirstProject: 1, LastProject: 9})
+	pool, endpoint := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: local}}, FirstProject: 1, LastProject: 9})
 	if err := os.RemoveAll(local); err != nil { // the export root is gone: its open fails
 		t.Fatal(err)
 	}

@@ -14,39 +14,39 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
 	"github.com/nfsdir/nfsdir/pkg/usage"
 )
 
-// quotaAgentArgs are the arguments of `nfsdir quota-agent`.
-type quotaAgentArgs struct {
+// agentArgs are the arguments of `nfsdir agent`.
+type agentArgs struct {
 	listen, auditLog, projects string
 	exports, copyExports       []string
 	copyWorkers                int
 	copyRate                   float64
-	tls                        quotaagent.Files
-	ids                        quotaagent.Identities
+	tls                        serveragent.Files
+	ids                        serveragent.Identities
 }
 
-func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
-	var a quotaAgentArgs
-	fs := quotaAgentFlags(&a)
+func parseAgent(args []string) (agentArgs, serveragent.Config, error) {
+	var a agentArgs
+	fs := agentFlags(&a)
 	if err := fs.Parse(args); err != nil {
-		return a, quotaagent.Config{}, err
+		return a, serveragent.Config{}, err
 	}
-	var cfg quotaagent.Config
+	var cfg serveragent.Config
 	for _, f := range []struct {
 		flag string
 		in   []string
-		out  *[]quotaagent.Export
+		out  *[]serveragent.Export
 	}{{"--export", a.exports, &cfg.Exports}, {"--copy-export", a.copyExports, &cfg.CopyExports}} {
 		for _, e := range f.in {
 			share, dir, ok := strings.Cut(e, "=")
 			if !ok || share == "" || dir == "" {
 				return a, cfg, fmt.Errorf("%s %q: want share=directory", f.flag, e)
 			}
-			*f.out = append(*f.out, quotaagent.Export{Share: share, Dir: dir})
+			*f.out = append(*f.out, serveragent.Export{Share: share, Dir: dir})
 		}
 	}
 	if a.copyWorkers < 1 || a.copyRate < 0 {
@@ -66,9 +66,9 @@ func parseQuotaAgent(args []string) (quotaAgentArgs, quotaagent.Config, error) {
 	return a, cfg, nil
 }
 
-// quotaAgentFlags defines the flags of nfsdir quota-agent, filling a.
-func quotaAgentFlags(a *quotaAgentArgs) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("nfsdir quota-agent", pflag.ContinueOnError)
+// agentFlags defines the flags of nfsdir agent, filling a.
+func agentFlags(a *agentArgs) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("nfsdir agent", pflag.ContinueOnError)
 	fs.StringVar(&a.listen, "listen", ":29700", "host:port to serve the quota API on (TCP, mutual TLS)")
 	fs.StringArrayVar(&a.exports, "export", nil, "an export root: share=directory, the share as NFS clients mount it and its local directory (repeatable; e.g. /srv/k8s=/srv/k8s, or /=/srv/nfs for an NFSv4 root)")
 	fs.StringArrayVar(&a.copyExports, "copy-export", nil, "an export root served for server-side copies only (snapshots, restores, clones), on any file system: share=directory (repeatable)")
@@ -77,17 +77,17 @@ func quotaAgentFlags(a *quotaAgentArgs) *pflag.FlagSet {
 	fs.StringVar(&a.tls.Cert, "tls-cert", "", "the agent's certificate (PEM; read again when it changes)")
 	fs.StringVar(&a.tls.Key, "tls-key", "", "its private key (PEM)")
 	fs.StringVar(&a.tls.CA, "client-ca", "", "the CA that signs the controller's client certificates (PEM)")
-	fs.StringArrayVar(&a.ids.Controllers, "allow-controller", []string{quotaagent.DefaultControllerIdentity}, "an identity (URI or DNS subject alternative name) of client certificates that may call every method: make and remove volumes, set and clear quotas, copy (repeatable)")
+	fs.StringArrayVar(&a.ids.Controllers, "allow-controller", []string{serveragent.DefaultControllerIdentity}, "an identity (URI or DNS subject alternative name) of client certificates that may call every method: make and remove volumes, set and clear quotas, copy (repeatable)")
 	fs.StringArrayVar(&a.ids.Readers, "allow-reader", nil, "an identity of client certificates that may only read quotas, follow copies and probe (repeatable)")
 	fs.StringVar(&a.projects, "projects", "100000-199999", "the project IDs the agent gives volumes, first-last; others are never touched")
 	fs.StringVar(&a.auditLog, "audit-log", "", "file to append one JSON line per change to (the log gets them too)")
 	return fs
 }
 
-// runQuotaAgent serves the quota API on the NFS server host
+// runAgent serves the quota API on the NFS server host
 // (docs/capacity-and-quotas.md, "Hard quotas").
-func runQuotaAgent(args []string, _ io.Writer) error {
-	a, cfg, err := parseQuotaAgent(args)
+func runAgent(args []string, _ io.Writer) error {
+	a, cfg, err := parseAgent(args)
 	if err != nil {
 		return err
 	}
@@ -99,11 +99,11 @@ func runQuotaAgent(args []string, _ io.Writer) error {
 		defer f.Close()
 		cfg.Audit = f
 	}
-	agent, err := quotaagent.New(cfg)
+	agent, err := serveragent.New(cfg)
 	if err != nil {
 		return err
 	}
-	tlsCfg, err := quotaagent.ServerTLS(a.tls, a.ids)
+	tlsCfg, err := serveragent.ServerTLS(a.tls, a.ids)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func runQuotaAgent(args []string, _ io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	klog.Infof("quota agent serving on %s for %d export roots (quotas and copies) and %d for copies only, projects %s", l.Addr(), len(cfg.Exports), len(cfg.CopyExports), a.projects)
-	klog.Infof("quota agent callers: controllers %q, readers %q", a.ids.Controllers, a.ids.Readers)
-	return quotaagent.Serve(ctx, l, agent, tlsCfg, a.ids)
+	klog.Infof("agent serving on %s for %d export roots (quotas and copies) and %d for copies only, projects %s", l.Addr(), len(cfg.Exports), len(cfg.CopyExports), a.projects)
+	klog.Infof("agent callers: controllers %q, readers %q", a.ids.Controllers, a.ids.Readers)
+	return serveragent.Serve(ctx, l, agent, tlsCfg, a.ids)
 }

@@ -1,5 +1,5 @@
-// Package quotaagent is nfsdir's quota agent: a small gRPC service, over
-// TCP with mutual TLS, that runs on the NFS server host and makes the
+// Package serveragent is nfsdir's server agent (`nfsdir agent`): a small
+// gRPC service, over TCP with mutual TLS, that runs on the NFS server host and makes the
 // server enforce each volume's size with project quotas (pkg/quota), and
 // copies volumes' trees on the server itself for snapshots, restores and
 // clones (no file crosses the network, and a file costs no NFS call). The
@@ -17,7 +17,7 @@
 //
 // The messages are JSON (a gRPC codec of their own, "json"): no generated
 // code, and an audit trail an operator can read.
-package quotaagent
+package serveragent
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package quotaagent
+package serveragent
 
 import (
 	"context"

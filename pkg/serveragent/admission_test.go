@@ -1,4 +1,4 @@
-package quotaagent_test
+package serveragent_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
 )
 
@@ -51,7 +51,7 @@ func TestCopiesWaitForAWorkerBeforeOpeningAnything(t *testing.T) {
 	g := &gate{held: make(chan struct{}), open: make(chan struct{})}
 	c := treecopy.Default
 	c.Limit = g
-	agent, err := quotaagent.New(quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
+	agent, err := serveragent.New(serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}},
 		FirstProject: 1, LastProject: 9, CopyWorkers: 1, Copier: c})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package quotaagent_test
+package serveragent_test
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
-	"github.com/nfsdir/nfsdir/pkg/quotaagent"
+	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -41,7 +41,7 @@ func TestVolumesMadeAndDeletedByTheAgent(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	var audit lockedBuffer
-	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
+	pool, endpoint := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}},
 		FirstProject: 1, LastProject: 9, Audit: &audit})
 	a := controllerArea(t, dir, pool)
 	req := provision.Request{Name: "pvc-a", SubDir: "team/pvc-a", OnDelete: params.Delete, Mode: 0o2770, UID: -1, GID: 1234,
@@ -160,7 +160,7 @@ func TestTheAgentActsAsTheSharesOwner(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	os.Chmod(dir, 0o777)
-	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}},
+	pool, endpoint := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}},
 		FirstProject: 1, LastProject: 9})
 	controllerArea(t, dir, nil).Close()
 	const nobody = 65534
@@ -206,7 +206,7 @@ func TestTheAgentActsAsTheSharesOwner(t *testing.T) {
 func TestAnUnreachableAgentLeavesVolumesToTheController(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	pool, _ := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	pool, _ := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestAnUnreachableAgentLeavesVolumesToTheController(t *testing.T) {
 func TestTheAgentFollowsANewMetadataArea(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	pool, endpoint := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
 	openArea := func() { controllerArea(t, dir, nil).Close() }
 	make := func(name string) *provision.Record {
 		rec, err := pool.MakeVolume(ctx, endpoint, provision.RemoteMake{Share: "/e", Request: provision.Request{Name: name, SubDir: name,
@@ -268,7 +268,7 @@ func TestTheAgentFollowsANewMetadataArea(t *testing.T) {
 func TestThePoolTellsItsObserverOfEveryCall(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	pool, endpoint := serveAgent(t, quotaagent.Config{CopyExports: []quotaagent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	pool, endpoint := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
 	type call struct {
 		agent, method string
 		err           bool
