@@ -137,7 +137,6 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	cfg := config.Default()
 	cfg.Version = version.Version
 	fs, v := driverFlags(&cfg)
-	mode, onDelete, showVersion := v.mode, v.onDelete, v.showVersion
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -148,12 +147,12 @@ func parseFlags(args []string) (config.Config, bool, error) {
 	if fs.NArg() > 0 {
 		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if *showVersion {
+	if *v.showVersion {
 		return cfg, true, nil
 	}
 	cfg.InlineAllowSet = fs.Changed("inline-volume-allow")
-	cfg.Mode = config.Mode(*mode)
-	cfg.DefaultOnDelete = params.OnDelete(strings.ToLower(*onDelete))
+	cfg.Mode = config.Mode(*v.mode)
+	cfg.DefaultOnDelete = params.OnDelete(strings.ToLower(*v.onDelete))
 	return cfg, false, cfg.Validate()
 }
 
