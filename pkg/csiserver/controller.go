@@ -131,63 +131,10 @@ func (s *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 
 // CreateVolume creates <share>/<subDir> and records it on the share.
 func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	if req.GetName() == "" {
-		return nil, invalid("volume name is required")
-	}
-	opts, err := checkCapabilities(req.GetVolumeCapabilities())
+	preq, cp, opts, err := s.createRequest(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	capacity, err := capacityOf(req.GetCapacityRange())
-	if err != nil {
-		return nil, err
-	}
-	p := req.GetParameters()
-	if _, ok := lookupFold(p, params.KeyPVName); !ok {
-		// csi-provisioner names the volume after the PV.
-		p = withEntry(p, params.KeyPVName, req.GetName())
-	}
-	claim, err := s.claimOf(ctx, p)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	cp, err := params.ParseCreate(p, claim)
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
-	if cp.QuotaAgent != "" && s.quotas == nil {
-		return nil, toStatus(noQuotaClient(cp.QuotaAgent))
-	}
-	if cp.CopyAgent != "" && s.quotas == nil {
-		return nil, toStatus(noQuotaClient(cp.CopyAgent))
-	}
-	preq := provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
-		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent,
-		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID}
-	mut, err := params.ParseMutable(req.GetMutableParameters())
-	if err != nil {
-		return nil, invalid("VolumeAttributesClass: %v", err)
-	}
-	if mut.OnDelete != "" {
-		preq.OnDelete = mut.OnDelete
-	}
-	if mut.HasMountOptions {
-		o := mut.MountOptions.String()
-		preq.PublishOptions = &o
-	}
-	if preq.OnDelete == "" {
-		preq.OnDelete = s.defaultOnDelete
-	}
-	if preq.Shared && preq.OnDelete != params.Retain {
-		return nil, invalid("parameter \"allowSharedSubDir\" requires onDelete: retain; the driver default is %s", preq.OnDelete)
-	}
-	if preq.Mode == 0 {
-		preq.Mode = s.defaultMode
-	}
-	if preq.Source, err = contentSource(req.GetVolumeContentSource(), cp.Export); err != nil {
-		return nil, err
-	}
-
 	var rec *provision.Record
 	var id volumeid.ID
 	err = s.bounded(ctx, req.GetName(), func() error {
@@ -216,6 +163,69 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		VolumeContext: csiVolume(id, rec).VolumeContext,
 		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
+}
+
+// createRequest checks a CreateVolume request and works out the volume it
+// asks for: the StorageClass's parameters, the VolumeAttributesClass's,
+// the driver's defaults and the content source.
+func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeRequest) (preq provision.Request, cp params.Create, opts mountopts.Options, err error) {
+	if req.GetName() == "" {
+		return preq, cp, opts, invalid("volume name is required")
+	}
+	opts, err = checkCapabilities(req.GetVolumeCapabilities())
+	if err != nil {
+		return preq, cp, opts, err
+	}
+	capacity, err := capacityOf(req.GetCapacityRange())
+	if err != nil {
+		return preq, cp, opts, err
+	}
+	p := req.GetParameters()
+	if _, ok := lookupFold(p, params.KeyPVName); !ok {
+		// csi-provisioner names the volume after the PV.
+		p = withEntry(p, params.KeyPVName, req.GetName())
+	}
+	claim, err := s.claimOf(ctx, p)
+	if err != nil {
+		return preq, cp, opts, toStatus(err)
+	}
+	cp, err = params.ParseCreate(p, claim)
+	if err != nil {
+		return preq, cp, opts, invalid("%v", err)
+	}
+	if cp.QuotaAgent != "" && s.quotas == nil {
+		return preq, cp, opts, toStatus(noQuotaClient(cp.QuotaAgent))
+	}
+	if cp.CopyAgent != "" && s.quotas == nil {
+		return preq, cp, opts, toStatus(noQuotaClient(cp.CopyAgent))
+	}
+	preq = provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
+		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent,
+		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID}
+	mut, err := params.ParseMutable(req.GetMutableParameters())
+	if err != nil {
+		return preq, cp, opts, invalid("VolumeAttributesClass: %v", err)
+	}
+	if mut.OnDelete != "" {
+		preq.OnDelete = mut.OnDelete
+	}
+	if mut.HasMountOptions {
+		o := mut.MountOptions.String()
+		preq.PublishOptions = &o
+	}
+	if preq.OnDelete == "" {
+		preq.OnDelete = s.defaultOnDelete
+	}
+	if preq.Shared && preq.OnDelete != params.Retain {
+		return preq, cp, opts, invalid("parameter \"allowSharedSubDir\" requires onDelete: retain; the driver default is %s", preq.OnDelete)
+	}
+	if preq.Mode == 0 {
+		preq.Mode = s.defaultMode
+	}
+	if preq.Source, err = contentSource(req.GetVolumeContentSource(), cp.Export); err != nil {
+		return preq, cp, opts, err
+	}
+	return preq, cp, opts, nil
 }
 
 // claimOf reads the claim's labels and annotations when the subDir

@@ -84,26 +84,76 @@ func (s *Node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeG
 // without symlinks, and answers OK only once the mount table shows the NFS
 // mount of the volume there.
 func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, invalid("volume ID is required")
-	}
-	tg, err := s.targets.Check(req.GetTargetPath())
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, invalid("volume capability is required")
-	}
-	classOpts, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	p, err := s.publication(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	if !s.locks.TryAcquire(p.target) {
+		return nil, busy("target " + p.target)
+	}
+	defer s.locks.Release(p.target)
+
+	if err := targetdir.CheckParent(p.tg); err != nil {
+		return nil, toStatus(err)
+	}
+	done, err := s.republish(ctx, req, p)
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if singleWriter(req.GetVolumeCapability()) {
+		// The check and the mount must be one step per volume, or two
+		// publishes on different targets could both pass the check.
+		if !s.volumeLocks.TryAcquire(p.source) {
+			return nil, busy("volume " + p.source)
+		}
+		defer s.volumeLocks.Release(p.source)
+		if err := s.checkSingleWriter(p.source, p.target); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.mountNew(ctx, req, p); err != nil {
+		return nil, err
+	}
+	s.track(req.GetVolumeId(), p.target, true)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publication is what a NodePublishVolume request asks for, checked.
+type publication struct {
+	vol            params.Volume
+	opts           mountopts.Options
+	tg             targetpath.Target
+	source, target string
+}
+
+// publication checks req and works out the mount it asks for: the
+// volume, its target and the mount options (the class's or those a
+// VolumeAttributesClass set, with the volume's, under the node's policy).
+func (s *Node) publication(ctx context.Context, req *csi.NodePublishVolumeRequest) (publication, error) {
+	var p publication
+	if req.GetVolumeId() == "" {
+		return p, invalid("volume ID is required")
+	}
+	tg, err := s.targets.Check(req.GetTargetPath())
+	if err != nil {
+		return p, invalid("%v", err)
+	}
+	if req.GetVolumeCapability() == nil {
+		return p, invalid("volume capability is required")
+	}
+	classOpts, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	if err != nil {
+		return p, err
+	}
 	vol, err := volumeOf(req.GetVolumeId(), req.GetVolumeContext())
 	if err != nil {
-		return nil, invalid("%v", err)
+		return p, invalid("%v", err)
 	}
 	if safepath.InMetaDir(path.Join(vol.Export.Share, vol.SubDir)) {
-		return nil, invalid("volume %q: %q lies inside nfsdir's metadata directory %s, which is never mounted", req.GetVolumeId(), path.Join(vol.Export.Share, vol.SubDir), safepath.MetaDir)
+		return p, invalid("volume %q: %q lies inside nfsdir's metadata directory %s, which is never mounted", req.GetVolumeId(), path.Join(vol.Export.Share, vol.SubDir), safepath.MetaDir)
 	}
 	if !vol.Ephemeral {
 		classOpts = s.publishOptions(ctx, req.GetVolumeId(), classOpts)
@@ -113,103 +163,85 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		opts, err = s.policy.Apply(opts)
 	}
 	if err != nil {
-		return nil, invalid("%v", err)
+		return p, invalid("%v", err)
 	}
 	readOnly, err := s.checkInline(vol, opts, req.GetReadonly())
 	if err != nil {
-		return nil, err
+		return p, err
 	}
-	opts = opts.WithReadOnly(readOnly)
-	source := vol.Export.Source(vol.SubDir)
-	target := tg.Path()
+	return publication{vol: vol, opts: opts.WithReadOnly(readOnly), tg: tg, source: vol.Export.Source(vol.SubDir), target: tg.Path()}, nil
+}
 
-	if !s.locks.TryAcquire(target) {
-		return nil, busy("target " + target)
+// republish handles a target that already has a mount: the same volume's
+// healthy mount is the publish done again (done); another mount there is
+// AlreadyExists; a mount whose server does not answer stays and the call
+// is Unavailable; a stale one is unmounted, to be mounted anew.
+func (s *Node) republish(ctx context.Context, req *csi.NodePublishVolumeRequest, p publication) (done bool, err error) {
+	cur, err := s.mounter.Mounted(p.target)
+	if err != nil || cur == nil {
+		return false, toStatus(err)
 	}
-	defer s.locks.Release(target)
-
-	if err := targetdir.CheckParent(tg); err != nil {
-		return nil, toStatus(err)
+	if !mounttable.SameSource(cur.Source, p.source) {
+		return false, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted, not %q", p.target, cur.Source, p.source)
 	}
-	cur, err := s.mounter.Mounted(target)
-	if err != nil {
-		return nil, toStatus(err)
+	// Read-only is what the mount options say, whether from the request's
+	// flag or from the class or volume options.
+	if ro, want := hasOption(cur.Options, "ro"), p.opts.Has("ro"); ro != want {
+		return false, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted with read-only=%v; this request asks for read-only=%v", p.target, p.source, ro, want)
 	}
-	if cur != nil {
-		if !mounttable.SameSource(cur.Source, source) {
-			return nil, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted, not %q", target, cur.Source, source)
-		}
-		// Read-only is what the mount options say, whether from the
-		// request's flag or from the class or volume options.
-		if ro, want := hasOption(cur.Options, "ro"), opts.Has("ro"); ro != want {
-			return nil, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted with read-only=%v; this request asks for read-only=%v", target, source, ro, want)
-		}
-		pctx, cancel := context.WithTimeout(ctx, statsTimeout)
-		_, perr := s.mounter.Probe(pctx, target)
-		cancel()
-		switch {
-		case perr == nil:
-			if s.claims != nil && singleNode(req.GetVolumeCapability()) && !vol.Ephemeral {
-				// Mounted before (a retry, or a restart that lost
-				// the claims file): the claim is renewed or taken.
-				if err := s.claims.take(ctx, req.GetVolumeId(), vol.SubDir, target); err != nil {
-					klog.ErrorS(err, "volume already mounted here; its claim", "volume", req.GetVolumeId(), "target", target)
-				}
-				s.claims.published(req.GetVolumeId(), target)
+	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	_, perr := s.mounter.Probe(pctx, p.target)
+	cancel()
+	switch {
+	case perr == nil:
+		if s.claims != nil && singleNode(req.GetVolumeCapability()) && !p.vol.Ephemeral {
+			// Mounted before (a retry, or a restart that lost the claims
+			// file): the claim is renewed or taken.
+			if err := s.claims.take(ctx, req.GetVolumeId(), p.vol.SubDir, p.target); err != nil {
+				klog.ErrorS(err, "volume already mounted here; its claim", "volume", req.GetVolumeId(), "target", p.target)
 			}
-			return &csi.NodePublishVolumeResponse{}, nil
-		case !errors.Is(perr, unix.ESTALE):
-			// A slow or unreachable server (a failover, an outage) is no
-			// reason to take the mount away from the pods using it.
-			return nil, status.Errorf(codes.Unavailable, "target %q: the NFS server of %q does not answer (%v); the mount stays, retry later", target, source, perr)
+			s.claims.published(req.GetVolumeId(), p.target)
 		}
-		klog.InfoS("existing mount has a stale file handle; mounting again", "target", target, "source", source, "err", perr)
-		if err := s.mounter.Unmount(ctx, target); err != nil {
-			return nil, toStatus(err)
-		}
+		return true, nil
+	case !errors.Is(perr, unix.ESTALE):
+		// A slow or unreachable server (a failover, an outage) is no
+		// reason to take the mount away from the pods using it.
+		return false, status.Errorf(codes.Unavailable, "target %q: the NFS server of %q does not answer (%v); the mount stays, retry later", p.target, p.source, perr)
 	}
-	if singleWriter(req.GetVolumeCapability()) {
-		// The check and the mount must be one step per volume, or two
-		// publishes on different targets could both pass the check.
-		if !s.volumeLocks.TryAcquire(source) {
-			return nil, busy("volume " + source)
-		}
-		defer s.volumeLocks.Release(source)
-		if err := s.checkSingleWriter(source, target); err != nil {
-			return nil, err
-		}
-	}
+	klog.InfoS("existing mount has a stale file handle; mounting again", "target", p.target, "source", p.source, "err", perr)
+	return false, toStatus(s.mounter.Unmount(ctx, p.target))
+}
+
+// mountNew takes the volume's claim for a single-node volume (another
+// node's live claim refuses the publish before anything is mounted), makes
+// the target and mounts; a failure gives the claim back.
+func (s *Node) mountNew(ctx context.Context, req *csi.NodePublishVolumeRequest, p publication) error {
 	claimed := false
-	if s.claims != nil && singleNode(req.GetVolumeCapability()) && !vol.Ephemeral {
-		// Before anything is mounted: another node's live claim
-		// refuses the publish.
-		if err := s.claims.take(ctx, req.GetVolumeId(), vol.SubDir, target); err != nil {
-			return nil, toStatus(err)
+	if s.claims != nil && singleNode(req.GetVolumeCapability()) && !p.vol.Ephemeral {
+		if err := s.claims.take(ctx, req.GetVolumeId(), p.vol.SubDir, p.target); err != nil {
+			return toStatus(err)
 		}
 		claimed = true
 	}
-	if err := targetdir.Make(tg); err != nil {
-		if claimed {
-			s.claims.release(ctx, req.GetVolumeId(), target)
-		}
-		return nil, toStatus(err)
-	}
-	mctx, cancel := context.WithTimeout(ctx, s.mountTimeout)
-	defer cancel()
-	if err := s.mounter.Mount(mctx, source, target, opts); err != nil {
-		if claimed {
-			s.claims.release(ctx, req.GetVolumeId(), target)
-		}
+	err := targetdir.Make(p.tg)
+	if err == nil {
+		mctx, cancel := context.WithTimeout(ctx, s.mountTimeout)
+		err = s.mounter.Mount(mctx, p.source, p.target, p.opts)
+		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %q reachable?)", err, vol.Export.Server)
+			err = status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %q reachable?)", err, p.vol.Export.Server)
 		}
-		return nil, toStatus(err)
+	}
+	if err != nil {
+		if claimed {
+			s.claims.release(ctx, req.GetVolumeId(), p.target)
+		}
+		return toStatus(err)
 	}
 	if claimed {
-		s.claims.published(req.GetVolumeId(), target)
+		s.claims.published(req.GetVolumeId(), p.target)
 	}
-	s.track(req.GetVolumeId(), target, true)
-	return &csi.NodePublishVolumeResponse{}, nil
+	return nil
 }
 
 // publishOptions returns the mount options a VolumeAttributesClass set on

@@ -137,21 +137,18 @@ func MakePlan(in Input) (Plan, error) {
 	if in.From != FromCSIDriverNFS && in.From != FromNFSSubdir {
 		return Plan{}, fmt.Errorf("--from %q: want %s or %s", in.From, FromCSIDriverNFS, FromNFSSubdir)
 	}
-	shares := knownShares(in)
-	classes := map[string]*storagev1.StorageClass{}
+	pl := planner{in: in, shares: knownShares(in), classes: map[string]*storagev1.StorageClass{}, claims: map[string]*corev1.PersistentVolumeClaim{}}
 	for i := range in.Classes {
-		classes[in.Classes[i].Name] = &in.Classes[i]
+		pl.classes[in.Classes[i].Name] = &in.Classes[i]
 	}
-	claims := map[string]*corev1.PersistentVolumeClaim{}
 	for i := range in.Claims {
 		c := &in.Claims[i]
-		claims[c.Namespace+"/"+c.Name] = c
+		pl.claims[c.Namespace+"/"+c.Name] = c
 	}
 	// Where every PV of the cluster points, for the shared-directory check.
-	var places []place
 	for i := range in.PVs {
 		if e, dir, ok := directoryOf(&in.PVs[i]); ok {
-			places = append(places, place{e, dir, in.PVs[i].Name})
+			pl.places = append(pl.places, place{e, dir, in.PVs[i].Name})
 		}
 	}
 	plan := Plan{From: in.From}
@@ -163,47 +160,7 @@ func MakePlan(in Input) (Plan, error) {
 		if in.Selected != nil && !in.Selected(pv) {
 			continue
 		}
-		it := Item{PV: pv.Name}
-		if ref := pv.Spec.ClaimRef; ref != nil {
-			it.Claim = ref.Namespace + "/" + ref.Name
-		}
-		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
-			it.CapacityBytes = q.Value()
-		}
-		refuse := func(format string, args ...any) {
-			it.Action, it.Reason = Refuse, fmt.Sprintf(format, args...)
-		}
-		e, dir, ok := directoryOf(pv)
-		if migratedFrom(pv, in) {
-			it.Action = Done
-			if ok {
-				it.Share, it.SubDir, _ = locate(shares, e, dir)
-			}
-			plan.Items = append(plan.Items, it)
-			continue
-		}
-		if !ok {
-			refuse("its volume source is not an NFS directory nfsdir can read (%s)", sourceKind(pv))
-			plan.Items = append(plan.Items, it)
-			continue
-		}
-		it.Share, it.SubDir, it.Reason = locate(shares, e, dir)
-		if it.Reason != "" {
-			it.Action = Refuse
-		} else if l, _ := legacyOf(pv); in.dropIn() && l.Export != it.Share.Export {
-			refuse("its handle, which it keeps, names share %s, and no nfsdir StorageClass has exactly that share (the closest is %s of StorageClass %s)", l.Export, it.Share.Export, it.Share.Class)
-		} else if why := checkBinding(pv, claims); why != "" {
-			refuse("%s", why)
-		} else if other := sharedWith(places, shares, pv.Name, e, dir); other != "" {
-			refuse("%s", other)
-		} else {
-			it.OnDelete = onDeleteOf(pv, classes)
-			it.Action = Replace
-			if in.dropIn() {
-				it.Action, it.LegacyID = Keep, pv.Spec.CSI.VolumeHandle
-			}
-		}
-		plan.Items = append(plan.Items, it)
+		plan.Items = append(plan.Items, pl.item(pv))
 	}
 	for name, it := range in.Saved {
 		if slices.ContainsFunc(in.PVs, func(pv corev1.PersistentVolume) bool { return pv.Name == name }) || it.Action != Replace {
@@ -217,6 +174,63 @@ func MakePlan(in Input) (Plan, error) {
 	}
 	slices.SortFunc(plan.Items, func(a, b Item) int { return cmp.Compare(a.PV, b.PV) })
 	return plan, nil
+}
+
+// planner is what MakePlan knows of the cluster while it decides each PV.
+type planner struct {
+	in      Input
+	shares  []Share
+	classes map[string]*storagev1.StorageClass
+	claims  map[string]*corev1.PersistentVolumeClaim
+	places  []place
+}
+
+// item decides what becomes of pv: done already, refused (and why),
+// replaced by an nfsdir PV, or kept with its handle (drop-in).
+func (pl planner) item(pv *corev1.PersistentVolume) Item {
+	in := pl.in
+	it := Item{PV: pv.Name}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		it.Claim = ref.Namespace + "/" + ref.Name
+	}
+	if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+		it.CapacityBytes = q.Value()
+	}
+	refuse := func(format string, args ...any) Item {
+		it.Action, it.Reason = Refuse, fmt.Sprintf(format, args...)
+		return it
+	}
+	e, dir, ok := directoryOf(pv)
+	if migratedFrom(pv, in) {
+		it.Action = Done
+		if ok {
+			it.Share, it.SubDir, _ = locate(pl.shares, e, dir)
+		}
+		return it
+	}
+	if !ok {
+		return refuse("its volume source is not an NFS directory nfsdir can read (%s)", sourceKind(pv))
+	}
+	it.Share, it.SubDir, it.Reason = locate(pl.shares, e, dir)
+	if it.Reason != "" {
+		it.Action = Refuse
+		return it
+	}
+	if l, _ := legacyOf(pv); in.dropIn() && l.Export != it.Share.Export {
+		return refuse("its handle, which it keeps, names share %s, and no nfsdir StorageClass has exactly that share (the closest is %s of StorageClass %s)", l.Export, it.Share.Export, it.Share.Class)
+	}
+	if why := checkBinding(pv, pl.claims); why != "" {
+		return refuse("%s", why)
+	}
+	if other := sharedWith(pl.places, pl.shares, pv.Name, e, dir); other != "" {
+		return refuse("%s", other)
+	}
+	it.OnDelete = onDeleteOf(pv, pl.classes)
+	it.Action = Replace
+	if in.dropIn() {
+		it.Action, it.LegacyID = Keep, pv.Spec.CSI.VolumeHandle
+	}
+	return it
 }
 
 // legacyOf parses pv's csi-driver-nfs handle.

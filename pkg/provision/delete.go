@@ -125,35 +125,9 @@ func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
 // share a moment ago, or nil: it is then read here. early, when set,
 // holds the look-ups made at the same time as that read.
 func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, early *deleteChecks) (purge bool, err error) {
-	var pre deleteChecks
-	if known != nil && policy == "" {
-		if early != nil && early.subDir == known.SubDir && !known.Shared {
-			pre = *early
-		} else {
-			pre = a.checkDelete(id, known.SubDir, known.OnDelete != params.Retain)
-		}
-		if pre.done {
-			pre.pathErr = a.judgePath(known, pre.path)
-		}
-	}
-	// An update of the record (an expansion) may hold it aside: put it
-	// back, so that the record is found, and removed, here.
-	var aside bool
-	if !pre.done {
-		if aside, err = settleUpdateFound(a.records(), id.Key, id.Key+updateSuffix+id.Token); err != nil {
-			return false, err
-		}
-	}
-	rec := known
-	if rec == nil || aside {
-		if rec, err = a.Lookup(id); err != nil {
-			return false, err
-		}
-	}
-	if rec == nil {
-		// Gone; an attempt interrupted while removing the record may have
-		// left it aside, or the volume in the trash.
-		return true, settleAside(a.records(), id.Key, id.Key+asideSuffix+id.Token, id.Token)
+	rec, pre, gone, err := a.deleteTarget(id, policy, known, early)
+	if gone || err != nil {
+		return gone, err
 	}
 	if policy != "" {
 		if !rec.Filling {
@@ -205,6 +179,43 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, e
 	}
 	a.atOnce()(tail...)
 	return purge, recErr
+}
+
+// deleteTarget finds the volume deleteAs removes: its record (known,
+// or read again when an expansion held it aside) and the checks made of
+// its path (early ones when they still hold). A volume already gone has
+// no record (gone); what an interrupted attempt left aside is settled then.
+func (a *Area) deleteTarget(id volumeid.ID, policy params.OnDelete, known *Record, early *deleteChecks) (rec *Record, pre deleteChecks, gone bool, err error) {
+	if known != nil && policy == "" {
+		if early != nil && early.subDir == known.SubDir && !known.Shared {
+			pre = *early
+		} else {
+			pre = a.checkDelete(id, known.SubDir, known.OnDelete != params.Retain)
+		}
+		if pre.done {
+			pre.pathErr = a.judgePath(known, pre.path)
+		}
+	}
+	// An update of the record (an expansion) may hold it aside: put it
+	// back, so that the record is found, and removed, here.
+	var aside bool
+	if !pre.done {
+		if aside, err = settleUpdateFound(a.records(), id.Key, id.Key+updateSuffix+id.Token); err != nil {
+			return nil, pre, false, err
+		}
+	}
+	rec = known
+	if rec == nil || aside {
+		if rec, err = a.Lookup(id); err != nil {
+			return nil, pre, false, err
+		}
+	}
+	if rec == nil {
+		// Gone; an attempt interrupted while removing the record may have
+		// left it aside, or the volume in the trash.
+		return nil, pre, true, settleAside(a.records(), id.Key, id.Key+asideSuffix+id.Token, id.Token)
+	}
+	return rec, pre, false, nil
 }
 
 // atOnce returns together, or inTurn on the server's own file system

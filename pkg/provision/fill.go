@@ -174,46 +174,11 @@ func (fl Fills) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tr
 	if rec.Abandoned {
 		return res, ErrGone
 	}
-	var copyInto func(dst int) (treecopy.Result, error)
-	if rec.Source.Archive != "" {
-		// A csi-driver-nfs snapshot: its tar.gz unpacked (treecopy.Unpack:
-		// nothing in the archive reaches outside the volume).
-		afd, err := fl.openArchive(rec.Source.Archive)
-		if err != nil {
-			return res, err
-		}
-		archive := os.NewFile(uintptr(afd), rec.Source.Archive)
-		defer archive.Close()
-		u := treecopy.DefaultUnpacker
-		if rec.CapacityBytes > 0 {
-			u.MaxBytes = min(u.MaxBytes, rec.CapacityBytes)
-		}
-		u.Limit, u.Progress = c.Limit, c.Progress
-		u.KeepSetID = rec.KeepSetID
-		// A StorageClass that gives its volumes an owner (uid, gid) gives
-		// it to what is restored into them too; without one, the
-		// archive's owners stay.
-		if rec.UID >= 0 || rec.GID >= 0 {
-			u.Owner = &treecopy.Owner{UID: rec.UID, GID: rec.GID}
-		}
-		copyInto = func(dst int) (treecopy.Result, error) {
-			res, err := u.Unpack(ctx, archive, dst)
-			if errors.Is(err, treecopy.ErrBounds) {
-				err = fault.Wrap(fault.OutOfRange, err, "volume %q cannot be restored from %s within %d bytes of file data, %d entries and names %d deep; ask for a larger volume if it is the bytes",
-					rec.Name, rec.Source, u.MaxBytes, u.MaxEntries, u.MaxDepth)
-			}
-			return res, err
-		}
-	} else {
-		src, from, err := fl.openSource(rec)
-		if err != nil {
-			return res, err
-		}
-		defer unix.Close(src)
-		copyInto = func(dst int) (treecopy.Result, error) {
-			return fl.a.agents.copyTree(ctx, c, rec.CopyAgent, src, dst, from, CopyDir{SubDir: rec.SubDir, Token: rec.Token}, false)
-		}
+	copyInto, release, err := fl.copier(ctx, rec, c)
+	if err != nil {
+		return res, err
 	}
+	defer release()
 	dst, err := fl.emptyDir(id, rec)
 	if err != nil {
 		return res, err
@@ -246,6 +211,53 @@ func (fl Fills) Fill(ctx context.Context, id volumeid.ID, c treecopy.Copier) (tr
 		err = ErrGone
 	}
 	return res, err
+}
+
+// copier returns what fills rec's directory (given as a descriptor):
+// the copy of its source volume or snapshot, or the unpacking of its
+// csi-driver-nfs archive, and what releases the source when done.
+func (fl Fills) copier(ctx context.Context, rec *Record, c treecopy.Copier) (func(dst int) (treecopy.Result, error), func(), error) {
+	if rec.Source.Archive != "" {
+		return fl.unpacker(ctx, rec, c)
+	}
+	src, from, err := fl.openSource(rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(dst int) (treecopy.Result, error) {
+		return fl.a.agents.copyTree(ctx, c, rec.CopyAgent, src, dst, from, CopyDir{SubDir: rec.SubDir, Token: rec.Token}, false)
+	}, func() { unix.Close(src) }, nil
+}
+
+// unpacker is copier for a csi-driver-nfs snapshot: its tar.gz unpacked
+// (treecopy.Unpack: nothing in the archive reaches outside the volume),
+// within the volume's capacity.
+func (fl Fills) unpacker(ctx context.Context, rec *Record, c treecopy.Copier) (func(dst int) (treecopy.Result, error), func(), error) {
+	afd, err := fl.openArchive(rec.Source.Archive)
+	if err != nil {
+		return nil, nil, err
+	}
+	archive := os.NewFile(uintptr(afd), rec.Source.Archive)
+	u := treecopy.DefaultUnpacker
+	if rec.CapacityBytes > 0 {
+		u.MaxBytes = min(u.MaxBytes, rec.CapacityBytes)
+	}
+	u.Limit, u.Progress = c.Limit, c.Progress
+	u.KeepSetID = rec.KeepSetID
+	// A StorageClass that gives its volumes an owner (uid, gid) gives it
+	// to what is restored into them too; without one, the archive's
+	// owners stay.
+	if rec.UID >= 0 || rec.GID >= 0 {
+		u.Owner = &treecopy.Owner{UID: rec.UID, GID: rec.GID}
+	}
+	return func(dst int) (treecopy.Result, error) {
+		res, err := u.Unpack(ctx, archive, dst)
+		if errors.Is(err, treecopy.ErrBounds) {
+			err = fault.Wrap(fault.OutOfRange, err, "volume %q cannot be restored from %s within %d bytes of file data, %d entries and names %d deep; ask for a larger volume if it is the bytes",
+				rec.Name, rec.Source, u.MaxBytes, u.MaxEntries, u.MaxDepth)
+		}
+		return res, err
+	}, func() { archive.Close() }, nil
 }
 
 // openArchive opens the regular file rel of the share (a csi-driver-nfs

@@ -211,20 +211,8 @@ func openDirAt(dirfd int, name string) (*os.File, error) {
 }
 
 func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) error {
-	src, err := openDirAt(srcfd, ".")
+	root, err := openRoot(srcfd, dstfd)
 	if err != nil {
-		return err
-	}
-	dst, err := openDirAt(dstfd, ".")
-	if err != nil {
-		src.Close()
-		return err
-	}
-	root := &pair{src: src, dst: dst, node: &node{}}
-	root.node.at = root
-	if err := unix.Fstat(int(src.Fd()), &root.st); err != nil {
-		src.Close()
-		dst.Close()
 		return err
 	}
 	stack := []*pair{root}
@@ -254,30 +242,12 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 				if err != nil && !errors.Is(err, io.EOF) {
 					return fmt.Errorf("read directory %q: %w", top.node.path(""), err)
 				}
-				// Done with top: its files finish, then it gets its
-				// attributes (which making entries in it would change).
-				top.files.Wait()
-				if len(stack) > 1 || rootAttrs {
-					if err := r.setAttrs(int(top.src.Fd()), int(top.dst.Fd()), &top.st); err != nil {
-						return fmt.Errorf("directory %q: %w", top.node.path(""), err)
-					}
+				var opened int
+				stack, opened, err = r.leave(stack, rootAttrs, batch)
+				if err != nil {
+					return err
 				}
-				stack = stack[:len(stack)-1]
-				top.node.at = nil
-				if len(stack) > 0 {
-					if parent := stack[len(stack)-1]; parent.src == nil {
-						if err := r.reopen(top, parent, batch); err != nil {
-							top.src.Close()
-							top.dst.Close()
-							return err
-						}
-						r.res.Reopened++
-						open++
-					}
-				}
-				top.src.Close()
-				top.dst.Close()
-				open--
+				open += opened
 				continue
 			}
 			top.pending = ents
@@ -309,6 +279,60 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 		r.res.MaxOpen = max(r.res.MaxOpen, open)
 	}
 	return nil
+}
+
+// openRoot opens the source and destination directories of a copy as
+// the walk's first pair.
+func openRoot(srcfd, dstfd int) (*pair, error) {
+	src, err := openDirAt(srcfd, ".")
+	if err != nil {
+		return nil, err
+	}
+	dst, err := openDirAt(dstfd, ".")
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	root := &pair{src: src, dst: dst, node: &node{}}
+	root.node.at = root
+	if err := unix.Fstat(int(src.Fd()), &root.st); err != nil {
+		src.Close()
+		dst.Close()
+		return nil, err
+	}
+	return root, nil
+}
+
+// leave is the walk done with the directory on top of stack: its files
+// finish, then it gets its attributes (which making entries in it would
+// change), and it is closed, its parent opened again first if the walk let
+// it go. It returns the stack without it and the change in the count of
+// open directories.
+func (r *copyRun) leave(stack []*pair, rootAttrs bool, batch int) ([]*pair, int, error) {
+	top := stack[len(stack)-1]
+	top.files.Wait()
+	if len(stack) > 1 || rootAttrs {
+		if err := r.setAttrs(int(top.src.Fd()), int(top.dst.Fd()), &top.st); err != nil {
+			return stack, 0, fmt.Errorf("directory %q: %w", top.node.path(""), err)
+		}
+	}
+	stack = stack[:len(stack)-1]
+	top.node.at = nil
+	opened := 0
+	if len(stack) > 0 {
+		if parent := stack[len(stack)-1]; parent.src == nil {
+			if err := r.reopen(top, parent, batch); err != nil {
+				top.src.Close()
+				top.dst.Close()
+				return stack, 0, err
+			}
+			r.res.Reopened++
+			opened++
+		}
+	}
+	top.src.Close()
+	top.dst.Close()
+	return stack, opened - 1, nil
 }
 
 // entry copies the entry name of the directory top: a directory is made

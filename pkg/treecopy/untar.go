@@ -272,112 +272,140 @@ func (u *unpackRun) entry(h *tar.Header, body io.Reader) error {
 	}
 	switch h.Typeflag {
 	case tar.TypeDir:
-		return u.at(name, func(parent int, base string) error {
-			if err := unix.Mkdirat(parent, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-				return err
-			}
-			fd, err := unix.Openat(parent, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-					return ErrUnsafe
-				}
-				return err
-			}
-			defer unix.Close(fd)
-			u.res.Dirs++
-			uid, gid := u.owner(h)
-			if err := unix.Fchown(fd, uid, gid); err != nil {
-				return err
-			}
-			if len(u.dirs) < MaxDirs && u.dirsBytes+len(name) <= maxDirNames {
-				u.dirs = append(u.dirs, dirAttrs{name: name, mode: mode, times: headerTimes(h)})
-				u.dirsBytes += len(name)
-				return nil
-			}
-			if err := unix.Fchmod(fd, mode); err != nil {
-				return err
-			}
-			return unix.UtimesNanoAt(fd, "", headerTimes(h), unix.AT_EMPTY_PATH)
-		})
+		return u.dir(h, name, mode)
 	case tar.TypeReg, tar.TypeGNUSparse:
-		if h.Size < 0 || h.Size > u.c.MaxBytes-u.declared {
-			return fmt.Errorf("its %d bytes pass the restore's %d bytes of file data: %w", h.Size, u.c.MaxBytes, ErrBounds)
-		}
-		u.declared += h.Size
-		return u.at(name, func(parent int, base string) error {
-			var fd int
-			err := replacing(parent, base, func() (err error) {
-				fd, err = unix.Openat(parent, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			if err := u.data(fd, body, h.Size); err != nil {
-				return err
-			}
-			u.res.Files++
-			uid, gid := u.owner(h)
-			if err := unix.Fchown(fd, uid, gid); err != nil {
-				return err
-			}
-			if err := unix.Fchmod(fd, mode); err != nil { // after chown, which clears setuid
-				return err
-			}
-			return unix.UtimesNanoAt(fd, "", headerTimes(h), unix.AT_EMPTY_PATH)
-		})
+		return u.file(h, body, name, mode)
 	case tar.TypeSymlink:
-		return u.at(name, func(parent int, base string) error {
-			if err := replacing(parent, base, func() error { return unix.Symlinkat(h.Linkname, parent, base) }); err != nil {
-				return err
-			}
-			u.res.Symlinks++
-			uid, gid := u.owner(h)
-			if err := unix.Fchownat(parent, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return err
-			}
-			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
-		})
+		return u.symlink(h, name)
 	case tar.TypeLink:
-		target, err := clean(h.Linkname)
-		if err != nil || target == "." || target == name {
-			return ErrUnsafe
-		}
-		return u.at(target, func(tparent int, tbase string) error {
-			return u.at(name, func(parent int, base string) error {
-				// linkat without AT_SYMLINK_FOLLOW links a symlink itself,
-				// never what it points at.
-				err := replacing(parent, base, func() error { return unix.Linkat(tparent, tbase, parent, base, 0) })
-				if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOENT) {
-					return ErrUnsafe // a directory, or a name not (yet) in the archive
-				}
-				if err != nil {
-					return err
-				}
-				u.res.Links++
-				return nil
-			})
-		})
+		return u.link(h, name)
 	case tar.TypeFifo:
-		return u.at(name, func(parent int, base string) error {
-			if err := replacing(parent, base, func() error { return unix.Mkfifoat(parent, base, 0o600) }); err != nil {
-				return err
-			}
-			u.res.FIFOs++
-			fifoMade(parent, base)
-			uid, gid := u.owner(h)
-			if err := unix.Fchownat(parent, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return err
-			}
-			if err := chmodFIFO(parent, base, mode); err != nil {
-				return err
-			}
-			return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
-		})
+		return u.fifo(h, name, mode)
 	default: // devices, sockets, and what this reader does not know
 		return ErrUnsafe
 	}
+}
+
+// dir makes the directory name of the entry h (or finds it made) with the
+// entry's owner; its mode and times wait for the end of the archive (u.dirs)
+// when they fit, as entries made in it would change them.
+func (u *unpackRun) dir(h *tar.Header, name string, mode uint32) error {
+	return u.at(name, func(parent int, base string) error {
+		if err := unix.Mkdirat(parent, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		fd, err := unix.Openat(parent, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				return ErrUnsafe
+			}
+			return err
+		}
+		defer unix.Close(fd)
+		u.res.Dirs++
+		uid, gid := u.owner(h)
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return err
+		}
+		if len(u.dirs) < MaxDirs && u.dirsBytes+len(name) <= maxDirNames {
+			u.dirs = append(u.dirs, dirAttrs{name: name, mode: mode, times: headerTimes(h)})
+			u.dirsBytes += len(name)
+			return nil
+		}
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return err
+		}
+		return unix.UtimesNanoAt(fd, "", headerTimes(h), unix.AT_EMPTY_PATH)
+	})
+}
+
+// file makes the regular file name of the entry h with its data (body),
+// owner, mode and times, within the restore's bytes.
+func (u *unpackRun) file(h *tar.Header, body io.Reader, name string, mode uint32) error {
+	if h.Size < 0 || h.Size > u.c.MaxBytes-u.declared {
+		return fmt.Errorf("its %d bytes pass the restore's %d bytes of file data: %w", h.Size, u.c.MaxBytes, ErrBounds)
+	}
+	u.declared += h.Size
+	return u.at(name, func(parent int, base string) error {
+		var fd int
+		err := replacing(parent, base, func() (err error) {
+			fd, err = unix.Openat(parent, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := u.data(fd, body, h.Size); err != nil {
+			return err
+		}
+		u.res.Files++
+		uid, gid := u.owner(h)
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return err
+		}
+		if err := unix.Fchmod(fd, mode); err != nil { // after chown, which clears setuid
+			return err
+		}
+		return unix.UtimesNanoAt(fd, "", headerTimes(h), unix.AT_EMPTY_PATH)
+	})
+}
+
+// symlink makes the symlink name of the entry h, as it is (never followed).
+func (u *unpackRun) symlink(h *tar.Header, name string) error {
+	return u.at(name, func(parent int, base string) error {
+		if err := replacing(parent, base, func() error { return unix.Symlinkat(h.Linkname, parent, base) }); err != nil {
+			return err
+		}
+		u.res.Symlinks++
+		uid, gid := u.owner(h)
+		if err := unix.Fchownat(parent, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
+	})
+}
+
+// link makes name a hard link to an entry made before it in the archive.
+func (u *unpackRun) link(h *tar.Header, name string) error {
+	target, err := clean(h.Linkname)
+	if err != nil || target == "." || target == name {
+		return ErrUnsafe
+	}
+	return u.at(target, func(tparent int, tbase string) error {
+		return u.at(name, func(parent int, base string) error {
+			// linkat without AT_SYMLINK_FOLLOW links a symlink itself,
+			// never what it points at.
+			err := replacing(parent, base, func() error { return unix.Linkat(tparent, tbase, parent, base, 0) })
+			if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOENT) {
+				return ErrUnsafe // a directory, or a name not (yet) in the archive
+			}
+			if err != nil {
+				return err
+			}
+			u.res.Links++
+			return nil
+		})
+	})
+}
+
+// fifo makes the FIFO name of the entry h.
+func (u *unpackRun) fifo(h *tar.Header, name string, mode uint32) error {
+	return u.at(name, func(parent int, base string) error {
+		if err := replacing(parent, base, func() error { return unix.Mkfifoat(parent, base, 0o600) }); err != nil {
+			return err
+		}
+		u.res.FIFOs++
+		fifoMade(parent, base)
+		uid, gid := u.owner(h)
+		if err := unix.Fchownat(parent, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		if err := chmodFIFO(parent, base, mode); err != nil {
+			return err
+		}
+		return unix.UtimesNanoAt(parent, base, headerTimes(h), unix.AT_SYMLINK_NOFOLLOW)
+	})
 }
 
 // owner is the owner the entry h gets: the archive's, or the Owner's.

@@ -105,18 +105,11 @@ func (w Walker) Count(ctx context.Context, dirfd int) (Result, error) {
 				// Done with top: go back to its parent, reopening it
 				// through ".." when it was let go.
 				stack = stack[:len(stack)-1]
-				if len(stack) > 0 {
-					if parent := stack[len(stack)-1]; parent.f == nil {
-						if err := w.reopen(top.f, parent, batch); err != nil {
-							top.f.Close()
-							return res, err
-						}
-						res.Reopened++
-						open++
-					}
+				opened, err := w.back(top, stack, batch, &res)
+				if err != nil {
+					return res, err
 				}
-				top.f.Close()
-				open--
+				open += opened
 				continue
 			}
 			top.pending = ents
@@ -130,49 +123,82 @@ func (w Walker) Count(ctx context.Context, dirfd int) (Result, error) {
 			}
 		}
 		res.Entries++
-		fd := int(top.f.Fd())
-		var est unix.Stat_t
-		if err := unix.Fstatat(fd, e.Name(), &est, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue // removed since the listing
-			}
-			return res, fmt.Errorf("stat an entry: %w", err)
+		child, err := tallyEntry(top, e.Name(), &tally)
+		if err != nil {
+			return res, err
 		}
-		isDir := est.Mode&unix.S_IFMT == unix.S_IFDIR
-		if !isDir || uint64(est.Dev) != top.dev {
-			// Another file system mounted inside (a server-side
-			// mount crossed by the client) is not the volume's.
-			if uint64(est.Dev) == top.dev {
-				tally.Add(false, est.Blocks*512, uint64(est.Nlink))
-			}
+		if child == nil {
 			continue
-		}
-		tally.Add(true, est.Blocks*512, uint64(est.Nlink))
-		cfd, err := unix.Openat(fd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		switch {
-		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
-			continue // replaced since the stat: counted as it was
-		case errors.Is(err, unix.EACCES):
-			continue // a directory the controller's user may not read
-		case err != nil:
-			return res, fmt.Errorf("open a directory: %w", err)
-		}
-		var cst unix.Stat_t
-		if err := unix.Fstat(cfd, &cst); err != nil || cst.Ino != est.Ino || cst.Dev != est.Dev {
-			unix.Close(cfd)
-			continue // replaced since the stat
 		}
 		if open >= max(w.MaxOpen, 2) {
 			letGo(stack)
 			open--
 		}
-		stack = append(stack, &frame{f: os.NewFile(uintptr(cfd), e.Name()), dev: uint64(cst.Dev), ino: cst.Ino})
+		stack = append(stack, child)
 		open++
 		res.MaxOpen = max(res.MaxOpen, open)
 	}
 	res.Bytes, res.Inodes = tally.Count()
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// back closes top, done with, after opening its parent (the last of
+// stack) again through ".." when the walk let it go (counted in res). It
+// returns the change in the count of open directories.
+func (w Walker) back(top *frame, stack []*frame, batch int, res *Result) (int, error) {
+	opened := 0
+	if len(stack) > 0 {
+		if parent := stack[len(stack)-1]; parent.f == nil {
+			if err := w.reopen(top.f, parent, batch); err != nil {
+				top.f.Close()
+				return 0, err
+			}
+			res.Reopened++
+			opened++
+		}
+	}
+	top.f.Close()
+	return opened - 1, nil
+}
+
+// tallyEntry tallies the entry name of the directory top and returns the
+// directory to descend into when it is one of the volume's (nil for
+// anything else, or for an entry removed or replaced since the listing).
+func tallyEntry(top *frame, name string, tally *capacity.Tally) (*frame, error) {
+	fd := int(top.f.Fd())
+	var est unix.Stat_t
+	if err := unix.Fstatat(fd, name, &est, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil // removed since the listing
+		}
+		return nil, fmt.Errorf("stat an entry: %w", err)
+	}
+	isDir := est.Mode&unix.S_IFMT == unix.S_IFDIR
+	if !isDir || uint64(est.Dev) != top.dev {
+		// Another file system mounted inside (a server-side mount
+		// crossed by the client) is not the volume's.
+		if uint64(est.Dev) == top.dev {
+			tally.Add(false, est.Blocks*512, uint64(est.Nlink))
+		}
+		return nil, nil
+	}
+	tally.Add(true, est.Blocks*512, uint64(est.Nlink))
+	cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return nil, nil // replaced since the stat: counted as it was
+	case errors.Is(err, unix.EACCES):
+		return nil, nil // a directory the controller's user may not read
+	case err != nil:
+		return nil, fmt.Errorf("open a directory: %w", err)
+	}
+	var cst unix.Stat_t
+	if err := unix.Fstat(cfd, &cst); err != nil || cst.Ino != est.Ino || cst.Dev != est.Dev {
+		unix.Close(cfd)
+		return nil, nil // replaced since the stat
+	}
+	return &frame{f: os.NewFile(uintptr(cfd), name), dev: uint64(cst.Dev), ino: cst.Ino}, nil
 }
 
 // letGo closes the open directory nearest the root (the root itself

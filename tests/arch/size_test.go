@@ -1,6 +1,9 @@
 package arch
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,9 +13,44 @@ import (
 // maxFileLines bounds a file of the product's code: one concern per file.
 const maxFileLines = 700
 
+// maxFuncLines bounds a function of the product's code, from its func
+// line to its closing brace: a function a reader can hold at once.
+const maxFuncLines = 80
+
 // TestNoProductFileOverItsBound: no non-test Go file below pkg/ and cmd/
 // is longer than maxFileLines.
 func TestNoProductFileOverItsBound(t *testing.T) {
+	productFiles(t, func(p string, b []byte) {
+		if n := strings.Count(string(b), "\n"); n > maxFileLines {
+			t.Errorf("%s has %d lines, more than %d: split it by concern", p, n, maxFileLines)
+		}
+	})
+}
+
+// TestNoProductFunctionOverItsBound: no function or method of the
+// product's code is longer than maxFuncLines.
+func TestNoProductFunctionOverItsBound(t *testing.T) {
+	productFiles(t, func(p string, b []byte) {
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, p, b, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			if n := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1; n > maxFuncLines {
+				t.Errorf("%s: %s has %d lines, more than %d: split it into steps", p, fn.Name.Name, n, maxFuncLines)
+			}
+		}
+	})
+}
+
+// productFiles calls each with the path (from the repository's root) and
+// contents of every non-test Go file below pkg/ and cmd/.
+func productFiles(t *testing.T, each func(p string, b []byte)) {
 	for _, dir := range []string{"../../pkg", "../../cmd"} {
 		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
@@ -22,9 +60,7 @@ func TestNoProductFileOverItsBound(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if n := strings.Count(string(b), "\n"); n > maxFileLines {
-				t.Errorf("%s has %d lines, more than %d: split it by concern", strings.TrimPrefix(p, "../../"), n, maxFileLines)
-			}
+			each(strings.TrimPrefix(p, "../../"), b)
 			return nil
 		})
 		if err != nil {
