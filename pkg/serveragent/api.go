@@ -22,6 +22,8 @@ package serveragent
 import (
 	"context"
 	"encoding/json"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -61,8 +63,16 @@ type Usage struct {
 // Empty is a message without fields.
 type Empty struct{}
 
-// ServiceName is the gRPC service the agent serves.
-const ServiceName = "nfsdir.quota.v1.Agent"
+// ServiceName is the gRPC service the agent serves: its API, version 1.
+// Methods and fields are only ever added to a version; a change that
+// would break a caller of it is a new version, served beside this one.
+const ServiceName = "nfsdir.agent.v1.Agent"
+
+// formerServiceName is the same service under the name releases before
+// the agent's rename served and called. The agent serves it too, and a
+// controller falls back to it, so that the controller and the agent may
+// be upgraded in either order.
+const formerServiceName = "nfsdir.quota.v1.Agent"
 
 // Service is what the agent does.
 type Service interface {
@@ -107,9 +117,10 @@ func (jsonCodec) Name() string                       { return "json" }
 
 func init() { encoding.RegisterCodec(jsonCodec{}) }
 
-// handler decodes a request of method and runs call with it, through the
-// server's interceptor (which authorizes the caller) when it has one.
-func handler[Req any, Resp any](method string, call func(Service, context.Context, *Req) (*Resp, error)) grpc.MethodHandler {
+// handler decodes a request of method of service and runs call with it,
+// through the server's interceptor (which authorizes the caller) when it
+// has one.
+func handler[Req any, Resp any](service, method string, call func(Service, context.Context, *Req) (*Resp, error)) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, intercept grpc.UnaryServerInterceptor) (any, error) {
 		req := new(Req)
 		if err := dec(req); err != nil {
@@ -119,33 +130,58 @@ func handler[Req any, Resp any](method string, call func(Service, context.Contex
 		if intercept == nil {
 			return run(ctx, req)
 		}
-		return intercept(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + ServiceName + "/" + method}, run)
+		return intercept(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + service + "/" + method}, run)
 	}
 }
 
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: ServiceName,
-	HandlerType: (*Service)(nil),
-	Methods: []grpc.MethodDesc{
-		{MethodName: "Set", Handler: handler("Set", Service.Set)},
-		{MethodName: "Clear", Handler: handler("Clear", Service.Clear)},
-		{MethodName: "Get", Handler: handler("Get", Service.Get)},
-		{MethodName: "Copy", Handler: handler("Copy", Service.Copy)},
-		{MethodName: "CopyProgress", Handler: handler("CopyProgress", Service.CopyProgress)},
-		{MethodName: "MakeVolume", Handler: handler("MakeVolume", Service.MakeVolume)},
-		{MethodName: "RemoveVolume", Handler: handler("RemoveVolume", Service.RemoveVolume)},
-		{MethodName: "Probe", Handler: handler("Probe", Service.Probe)},
-	},
+// serviceDesc describes the agent's service under the name service.
+func serviceDesc(service string) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: service,
+		HandlerType: (*Service)(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: "Set", Handler: handler(service, "Set", Service.Set)},
+			{MethodName: "Clear", Handler: handler(service, "Clear", Service.Clear)},
+			{MethodName: "Get", Handler: handler(service, "Get", Service.Get)},
+			{MethodName: "Copy", Handler: handler(service, "Copy", Service.Copy)},
+			{MethodName: "CopyProgress", Handler: handler(service, "CopyProgress", Service.CopyProgress)},
+			{MethodName: "MakeVolume", Handler: handler(service, "MakeVolume", Service.MakeVolume)},
+			{MethodName: "RemoveVolume", Handler: handler(service, "RemoveVolume", Service.RemoveVolume)},
+			{MethodName: "Probe", Handler: handler(service, "Probe", Service.Probe)},
+		},
+	}
 }
 
-// Register serves s on g.
-func Register(g *grpc.Server, s Service) { g.RegisterService(&serviceDesc, s) }
+// Register serves s on g, under the service's name and its former one.
+func Register(g *grpc.Server, s Service) {
+	g.RegisterService(serviceDesc(ServiceName), s)
+	g.RegisterService(serviceDesc(formerServiceName), s)
+}
 
 // Client calls an agent.
-type Client struct{ conn *grpc.ClientConn }
+type Client struct {
+	conn *grpc.ClientConn
+	// former is set once the agent answered that it does not know
+	// ServiceName: an agent of an earlier release, called by the
+	// service's former name from then on.
+	former atomic.Bool
+}
 
 // NewClient returns a Client over conn.
-func NewClient(conn *grpc.ClientConn) *Client { return &Client{conn} }
+func NewClient(conn *grpc.ClientConn) *Client { return &Client{conn: conn} }
+
+// call makes one call of method, under the service's name or, for an agent
+// that does not know it, its former name.
+func (c *Client) call(ctx context.Context, method string, req, out any) error {
+	if !c.former.Load() {
+		err := c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, out, grpc.CallContentSubtype("json"))
+		if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "unknown service") {
+			return err
+		}
+		c.former.Store(true)
+	}
+	return c.conn.Invoke(ctx, "/"+formerServiceName+"/"+method, req, out, grpc.CallContentSubtype("json"))
+}
 
 // reconnectWait bounds how long a call waits for a failed connection to
 // come back before it is tried again.
@@ -156,14 +192,14 @@ const reconnectWait = 2 * time.Second
 // at once, once.
 func invoke[Resp any](ctx context.Context, c *Client, method string, req any) (*Resp, error) {
 	out := new(Resp)
-	err := c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, out, grpc.CallContentSubtype("json"))
+	err := c.call(ctx, method, req, out)
 	if status.Code(err) == codes.Unavailable && c.conn.GetState() == connectivity.TransientFailure {
 		c.conn.ResetConnectBackoff()
 		wctx, cancel := context.WithTimeout(ctx, reconnectWait)
 		for s := c.conn.GetState(); s != connectivity.Ready && c.conn.WaitForStateChange(wctx, s); s = c.conn.GetState() {
 		}
 		cancel()
-		err = c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, out, grpc.CallContentSubtype("json"))
+		err = c.call(ctx, method, req, out)
 	}
 	return out, err
 }

@@ -39,7 +39,7 @@ func (r Role) String() string {
 var readerMethods = []string{"Get", "CopyProgress", "Probe"}
 
 // MayCall tells whether role may call the agent's method fullMethod
-// ("/nfsdir.quota.v1.Agent/Get").
+// ("/nfsdir.agent.v1.Agent/Get"), whatever the service's name.
 func (r Role) MayCall(fullMethod string) bool {
 	switch r {
 	case Controller:
