@@ -140,7 +140,7 @@ func (s *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	}
 	var st shares.SnapshotState
 	err = s.bounded(ctx, "snapshot "+req.GetName(), func() (err error) {
-		st, err = s.shares.CreateSnapshot(ctx, src, req.GetName(), waitFor(ctx))
+		st, err = s.shares.Snapshots().CreateSnapshot(ctx, src, req.GetName(), waitFor(ctx))
 		return err
 	})
 	if err != nil {
@@ -170,7 +170,7 @@ func (s *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		klog.Warningf("DeleteSnapshot %q: %v; nothing to do", raw, err)
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	err = s.bounded(ctx, raw, func() error { return s.shares.DeleteSnapshot(ctx, id) })
+	err = s.bounded(ctx, raw, func() error { return s.shares.Snapshots().DeleteSnapshot(ctx, id) })
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -207,7 +207,7 @@ func (s *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		}
 		source = &id
 	}
-	list, next, err := s.shares.ListSnapshots(ctx, req.GetStartingToken(), int(req.GetMaxEntries()), source)
+	list, next, err := s.shares.Snapshots().ListSnapshots(ctx, req.GetStartingToken(), int(req.GetMaxEntries()), source)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -244,7 +244,7 @@ func (s *Controller) GetSnapshot(ctx context.Context, req *csi.GetSnapshotReques
 func (s *Controller) snapshot(ctx context.Context, raw string, id volumeid.ID) (*shares.SnapshotState, error) {
 	var st *shares.SnapshotState
 	err := s.bounded(ctx, raw, func() (err error) {
-		st, err = s.shares.Snapshot(ctx, id)
+		st, err = s.shares.Snapshots().Snapshot(ctx, id)
 		return err
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ func (ad Adoptions) Adopt(req Request) (*Record, error) {
 	}
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
-		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: ad.a.handleDigest(ad.a.root, req.SubDir),
+		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: ad.a.seals().handleDigest(ad.a.root, req.SubDir),
 		Options: req.Options, LegacyID: req.LegacyID}
 	if err := writeRecordExclusive(ad.a.records(), rec.Key(), rec); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -89,10 +89,10 @@ func (ad Adoptions) check(req Request) (*Record, error) {
 		}
 		return nil, fault.New(fault.AlreadyExists, "directory %q already belongs to nfsdir volume %q", req.SubDir, old.Name)
 	}
-	if err := ad.a.checkNotNested(req.SubDir); err != nil {
+	if err := ad.a.nesting().checkNotNested(req.SubDir); err != nil {
 		return nil, err
 	}
-	if err := ad.a.checkNoVolumeAround(req.SubDir); err != nil {
+	if err := ad.a.nesting().checkNoVolumeAround(req.SubDir); err != nil {
 		return nil, err
 	}
 	for _, p := range append(safepath.Parents(req.SubDir), req.SubDir) {

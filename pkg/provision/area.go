@@ -47,45 +47,51 @@ type Area struct {
 	// (FreshLookups).
 	freshLookups bool
 
-	dirsMu sync.Mutex
-	dirs   map[string]string // the directories of volumes, by record key (knownDir)
+	dirs knownDirs // the directories of volumes, by record key
 }
 
-// maxKnownDirs bounds what knownDir remembers: about 100 bytes each.
+// maxKnownDirs bounds what knownDirs remembers: about 100 bytes each.
 const maxKnownDirs = 1 << 16
 
-// learnDir remembers the directory of the exclusive volume rec, just read
+// knownDirs remembers the directories of exclusive volumes by their
+// record keys, at most maxKnownDirs of them.
+type knownDirs struct {
+	mu   sync.Mutex
+	dirs map[string]string
+}
+
+// learn remembers the directory of the exclusive volume rec, just read
 // from or written to the share, by its record key. Not for a volume that
 // names an agent: its DeleteVolume asks the agent first, and reads the
 // record again after that call, so look-ups made with the first read
 // would be wasted.
-func (a *Area) learnDir(rec *Record) {
+func (k *knownDirs) learn(rec *Record) {
 	if rec == nil || rec.Shared || rec.SharedDir || rec.SubDir == "" || rec.QuotaAgent != "" || rec.CopyAgent != "" {
 		return
 	}
-	a.dirsMu.Lock()
-	defer a.dirsMu.Unlock()
-	if a.dirs == nil {
-		a.dirs = map[string]string{}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.dirs == nil {
+		k.dirs = map[string]string{}
 	}
-	if _, ok := a.dirs[rec.Key()]; !ok && len(a.dirs) >= maxKnownDirs {
-		for k := range a.dirs { // any one: the map's order is random
-			delete(a.dirs, k)
+	if _, ok := k.dirs[rec.Key()]; !ok && len(k.dirs) >= maxKnownDirs {
+		for key := range k.dirs { // any one: the map's order is random
+			delete(k.dirs, key)
 			break
 		}
 	}
-	a.dirs[rec.Key()] = rec.SubDir
+	k.dirs[rec.Key()] = rec.SubDir
 }
 
-// knownDir returns the directory of the exclusive volume whose record key
-// is key, when this Area has seen its record. An exclusive volume's key is
-// derived from its directory alone (volumeid.KeyForDir), so every record
-// under key, of any token, names that directory: the answer is checked
-// against the key and never stale.
-func (a *Area) knownDir(key string) (string, bool) {
-	a.dirsMu.Lock()
-	subDir, ok := a.dirs[key]
-	a.dirsMu.Unlock()
+// known returns the directory of the exclusive volume whose record key is
+// key, when it was learnt. An exclusive volume's key is derived from its
+// directory alone (volumeid.KeyForDir), so every record under key, of any
+// token, names that directory: the answer is checked against the key and
+// never stale.
+func (k *knownDirs) known(key string) (string, bool) {
+	k.mu.Lock()
+	subDir, ok := k.dirs[key]
+	k.mu.Unlock()
 	if !ok || volumeid.KeyForDir(subDir) != key {
 		return "", false
 	}

@@ -21,7 +21,7 @@ import (
 // a later volume of the same name and counts as not found.
 func (a *Area) Lookup(id volumeid.ID) (*Record, error) {
 	rec, err := readRecord(a.records(), id.Key)
-	a.learnDir(rec)
+	a.dirs.learn(rec)
 	if err != nil || rec == nil || rec.Token != id.Token || rec.SharedDir {
 		return nil, err
 	}
@@ -41,13 +41,13 @@ func (a *Area) Delete(ctx context.Context, id volumeid.ID) (purge bool, err erro
 // (nil: none) before anything changes; its error ends the call. A volume
 // an agent made for this Area is known without reading the share (Agents.Made).
 // Otherwise the record is read, and, when the volume's directory is known
-// from its key (knownDir), the look-ups DeleteVolume begins with go to the
+// from its key (knownDirs), the look-ups DeleteVolume begins with go to the
 // server at the same time as that read (lookUpToDelete).
 func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Record) error) (purge bool, err error) {
 	rec := a.agents.Made(id)
 	var pre *deleteChecks
 	if rec == nil {
-		if rec, pre, err = a.lookUpToDelete(id); err != nil {
+		if rec, pre, err = a.deletion().lookUpToDelete(id); err != nil {
 			return false, err
 		}
 	}
@@ -56,7 +56,7 @@ func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Reco
 			return false, err
 		}
 	}
-	return a.deleteFound(ctx, id, rec, pre)
+	return a.deletion().deleteFound(ctx, id, rec, pre)
 }
 
 // DeleteFound is Delete of the volume of id that Lookup found as rec (nil:
@@ -67,12 +67,12 @@ func (a *Area) DeleteWith(ctx context.Context, id volumeid.ID, before func(*Reco
 // read unless an update held the record aside meanwhile, or rec came
 // from an agent (Agents.Made) or a call to one came between.
 func (a *Area) DeleteFound(ctx context.Context, id volumeid.ID, rec *Record) (purge bool, err error) {
-	return a.deleteFound(ctx, id, rec, nil)
+	return a.deletion().deleteFound(ctx, id, rec, nil)
 }
 
 // deleteFound is DeleteFound; pre, when set, holds the look-ups made
 // with the record's read (lookUpToDelete).
-func (a *Area) deleteFound(ctx context.Context, id volumeid.ID, rec *Record, pre *deleteChecks) (purge bool, err error) {
+func (a deletion) deleteFound(ctx context.Context, id volumeid.ID, rec *Record, pre *deleteChecks) (purge bool, err error) {
 	done, purge, err := a.agents.remove(ctx, id, rec)
 	if !done {
 		// rec was read from the share a moment ago in this call, unless
@@ -89,13 +89,13 @@ func (a *Area) deleteFound(ctx context.Context, id volumeid.ID, rec *Record, pre
 }
 
 // lookUpToDelete reads the record of id (nil: none) for a DeleteVolume.
-// When the volume's directory is known from its key (knownDir), the
+// When the volume's directory is known from its key (knownDirs), the
 // call's first look-ups (checkDelete's) go to the server at the same
 // time, and come back as pre; whatever the record then says is checked
 // against what they found, and they are made again, after the read, if
 // the record is not the one they were made for.
-func (a *Area) lookUpToDelete(id volumeid.ID) (rec *Record, pre *deleteChecks, err error) {
-	subDir, ok := a.knownDir(id.Key)
+func (a deletion) lookUpToDelete(id volumeid.ID) (rec *Record, pre *deleteChecks, err error) {
+	subDir, ok := a.dirs.known(id.Key)
 	if !ok || a.onServer {
 		rec, err = a.Lookup(id)
 		return rec, nil, err
@@ -116,7 +116,7 @@ func (a *Area) lookUpToDelete(id volumeid.ID) (rec *Record, pre *deleteChecks, e
 // half-filled directory left in place would pass for data. A complete
 // volume is FailedPrecondition: it is never discarded.
 func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
-	_, err := a.deleteAs(id, params.Delete, nil, nil)
+	_, err := a.deletion().deleteAs(id, params.Delete, nil, nil)
 	return err
 }
 
@@ -124,7 +124,7 @@ func (a *Area) DiscardFill(ctx context.Context, id volumeid.ID) error {
 // with that policy. known is the record of id this call read from the
 // share a moment ago, or nil: it is then read here. early, when set,
 // holds the look-ups made at the same time as that read.
-func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, early *deleteChecks) (purge bool, err error) {
+func (a deletion) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, early *deleteChecks) (purge bool, err error) {
 	rec, pre, gone, err := a.deleteTarget(id, policy, known, early)
 	if gone || err != nil {
 		return gone, err
@@ -185,7 +185,7 @@ func (a *Area) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record, e
 // or read again when an expansion held it aside) and the checks made of
 // its path (early ones when they still hold). A volume already gone has
 // no record (gone); what an interrupted attempt left aside is settled then.
-func (a *Area) deleteTarget(id volumeid.ID, policy params.OnDelete, known *Record, early *deleteChecks) (rec *Record, pre deleteChecks, gone bool, err error) {
+func (a deletion) deleteTarget(id volumeid.ID, policy params.OnDelete, known *Record, early *deleteChecks) (rec *Record, pre deleteChecks, gone bool, err error) {
 	if known != nil && policy == "" {
 		if early != nil && early.subDir == known.SubDir && !known.Shared {
 			pre = *early
@@ -257,7 +257,7 @@ type deleteChecks struct {
 // meanwhile). None of them needs the record: they may be made while it
 // is read (lookUpToDelete). forRemoval: the directory may be moved away
 // (unknown, or not retained).
-func (a *Area) checkDelete(id volumeid.ID, subDir string, forRemoval bool) deleteChecks {
+func (a deletion) checkDelete(id volumeid.ID, subDir string, forRemoval bool) deleteChecks {
 	c := deleteChecks{subDir: subDir, noMarker: true}
 	var noUpdate bool
 	absent := func(err error) bool { return errors.Is(err, fs.ErrNotExist) }
@@ -315,8 +315,8 @@ type pathProbe struct {
 // closes it: everything judgePath needs, without the record. shareRoot is
 // looked for only with forRemoval (a retained directory stays whatever it
 // holds).
-func (a *Area) probePath(subDir string, forRemoval bool) (p pathProbe) {
-	f, err := a.freshOpenPath(subDir)
+func (a deletion) probePath(subDir string, forRemoval bool) (p pathProbe) {
+	f, err := a.seals().freshOpenPath(subDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return p
 	}
@@ -342,7 +342,7 @@ func (a *Area) probePath(subDir string, forRemoval bool) (p pathProbe) {
 // moved away for rec's onDelete policy (retain moves nothing): it is
 // another share's root, or not the directory sealed into rec (or, for an
 // older record without a seal, not provably nfsdir's).
-func (a *Area) judgePath(rec *Record, p pathProbe) error {
+func (a deletion) judgePath(rec *Record, p pathProbe) error {
 	if !p.exists {
 		return nil
 	}
@@ -353,12 +353,19 @@ func (a *Area) judgePath(rec *Record, p pathProbe) error {
 		return fault.New(fault.FailedPrecondition, "volume %q: its directory %q is the root of another nfsdir share (it holds %s): a StorageClass uses it as its share, and nfsdir will not %s it; point that StorageClass elsewhere or move its data out first", rec.Name, rec.SubDir, safepath.MetaDir, rec.OnDelete)
 	}
 	if rec.FileID != 0 {
-		return a.checkSealedAs(rec, p.st, func() string { return p.handle })
+		return a.seals().checkSealedAs(rec, p.st, func() string { return p.handle })
 	}
-	if why := a.unfinished(rec.SubDir); why != "" {
+	if why := a.creation().unfinished(rec.SubDir); why != "" {
 		// Made by an older nfsdir that sealed after chmod, or not
 		// nfsdir's at all: nothing proves which.
 		return fault.New(fault.FailedPrecondition, "directory %q was never sealed into the record of volume %q, and nfsdir cannot prove it is the one it made: %s. nfsdir leaves it alone: delete it by hand and retry", rec.SubDir, rec.Name, why)
 	}
 	return nil
 }
+
+// deletion is the room of Area with the steps of a delete: the checks of
+// what is at a volume's path, the record found or read again, and the
+// removal by the volume's onDelete policy.
+type deletion struct{ *Area }
+
+func (a *Area) deletion() deletion { return deletion{a} }

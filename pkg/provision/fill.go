@@ -368,7 +368,7 @@ func (fl Fills) emptyDir(id volumeid.ID, rec *Record) (int, error) {
 	if next == nil {
 		return -1, ErrGone
 	}
-	if err := fl.a.makeDir(id.Key, next, false); err != nil {
+	if err := fl.a.creation().makeDir(id.Key, next, false); err != nil {
 		return -1, err
 	}
 	*rec = *next

@@ -22,7 +22,7 @@ import (
 // checkNoShareAbove fails when a parent of subDir is the root of another
 // nfsdir share (it holds a metadata directory): that share's volumes and
 // this one's would not see each other's records.
-func (a *Area) checkNoShareAbove(subDir string) error {
+func (a nesting) checkNoShareAbove(subDir string) error {
 	parents := safepath.Parents(subDir)
 	checks := make([]func() error, len(parents))
 	for i, p := range parents {
@@ -42,7 +42,7 @@ func (a *Area) checkNoShareAbove(subDir string) error {
 
 // checkNotNested fails when a parent of subDir is a volume's directory or a
 // shared directory.
-func (a *Area) checkNotNested(subDir string) error {
+func (a nesting) checkNotNested(subDir string) error {
 	var checks []func() error
 	for _, p := range safepath.Parents(subDir) {
 		for _, key := range []string{volumeid.KeyForDir(p), volumeid.KeyForSharedDir(p)} {
@@ -66,7 +66,7 @@ func (a *Area) checkNotNested(subDir string) error {
 // own file system they run in turn), and returns the first error in the
 // order of checks, so that what a call answers does not depend on which
 // look-up came back first.
-func (a *Area) firstError(concurrent bool, checks ...func() error) error {
+func (a nesting) firstError(concurrent bool, checks ...func() error) error {
 	if len(checks) == 0 {
 		return nil
 	}
@@ -98,7 +98,7 @@ func firstNonNil(errs []error) error {
 // holds it: adopting such a directory would let a DeleteVolume of the
 // adopted volume remove a live one. It costs one read per record, which
 // only `nfsdir adopt`, an administrator's command, pays.
-func (a *Area) checkNoVolumeAround(subDir string) error {
+func (a nesting) checkNoVolumeAround(subDir string) error {
 	dir, err := a.volumes.Open(".")
 	if err != nil {
 		return fmt.Errorf("list volume records: %w", err)
@@ -163,7 +163,7 @@ func compatible(rec *Record, req Request) error {
 // directory below the share root with no symlink on the way
 // (RESOLVE_NO_SYMLINKS), with one look-up per component; anything else
 // goes through makeParents, which says what is wrong with it.
-func (a *Area) inParent(rel string, fn func(parent int) error) error {
+func (a nesting) inParent(rel string, fn func(parent int) error) error {
 	d := path.Dir(rel)
 	if d == "." {
 		return a.atDir(a.root, fn)
@@ -189,7 +189,7 @@ func (a *Area) inParent(rel string, fn func(parent int) error) error {
 
 // makeParents creates the missing parents of subDir, marking those it
 // creates; existing parents must be real directories, not symlinks.
-func (a *Area) makeParents(subDir string) error {
+func (a nesting) makeParents(subDir string) error {
 	parents := safepath.Parents(subDir)
 	for i := len(parents) - 1; i >= 0; i-- {
 		p := parents[i]
@@ -273,3 +273,33 @@ func parentMarker(p string) string {
 	sum := sha256.Sum256([]byte(p))
 	return hex.EncodeToString(sum[:16])
 }
+
+// recheckNesting runs the nesting check again once the directory of rec
+// was made, with the records directory revalidated: the first check ran
+// before the record, so a volume around this one created concurrently
+// may have passed its own check too. Records come before directories, so
+// whichever of the two made its directory second sees the other's record
+// here and undoes its own (the directory is new and empty).
+func (a nesting) recheckNesting(rec *Record) error {
+	if len(safepath.Parents(rec.SubDir)) == 0 {
+		return nil // at the share root: nothing can lie around it
+	}
+	if !a.onServer && !a.freshLookups {
+		if d, err := a.volumes.Open("."); err == nil {
+			d.Close()
+		}
+	}
+	err := a.checkNotNested(rec.SubDir)
+	if err != nil {
+		a.creation().removeNewDir(rec.SubDir)
+		rec.unseal()
+	}
+	return err
+}
+
+// nesting is the room of Area that keeps volumes from nesting: no volume
+// inside another or around one, none above the share, and the parents a
+// new volume's directory needs.
+type nesting struct{ *Area }
+
+func (a *Area) nesting() nesting { return nesting{a} }

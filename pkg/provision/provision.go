@@ -94,10 +94,10 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	}
 	// Three checks that only look (records above, shares above, the
 	// other kind's record), made at once below a parent.
-	if err := a.firstError(len(safepath.Parents(req.SubDir)) > 0,
-		func() error { return a.checkNotNested(req.SubDir) },
-		func() error { return a.checkNoShareAbove(req.SubDir) },
-		func() error { return a.checkKind(req) },
+	if err := a.nesting().firstError(len(safepath.Parents(req.SubDir)) > 0,
+		func() error { return a.nesting().checkNotNested(req.SubDir) },
+		func() error { return a.nesting().checkNoShareAbove(req.SubDir) },
+		func() error { return a.creation().checkKind(req) },
 	); err != nil {
 		return nil, err
 	}
@@ -118,9 +118,9 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	}
 	err := writeRecordExclusive(a.records(), key, rec)
 	if errors.Is(err, fs.ErrExist) {
-		if old, rerr := readRecord(a.records(), key); rerr == nil && old != nil && old.Name != req.Name && a.abandoned(old) {
+		if old, rerr := readRecord(a.records(), key); rerr == nil && old != nil && old.Name != req.Name && a.creation().abandoned(old) {
 			klog.Warningf("volume %q: reclaiming subDir %q from volume %q, whose creation was abandoned at %s before its directory was made", req.Name, req.SubDir, old.Name, old.Created.Format(time.RFC3339))
-			a.dropRecord(key, old)
+			a.seals().dropRecord(key, old)
 			err = writeRecordExclusive(a.records(), key, rec)
 		}
 	}
@@ -146,18 +146,18 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 		return nil, err
 	}
 	if req.Shared {
-		err = a.joinShared(rec)
-	} else if err = a.makeDir(key, rec, fresh); err == nil && fresh {
-		err = a.recheckNesting(rec)
+		err = a.creation().joinShared(rec)
+	} else if err = a.creation().makeDir(key, rec, fresh); err == nil && fresh {
+		err = a.nesting().recheckNesting(rec)
 	}
 	if err != nil && fresh && rec.FileID == 0 {
 		// Nothing was made for this record: leave no trace of it.
-		a.dropRecord(key, rec)
+		a.seals().dropRecord(key, rec)
 	}
 	if err != nil {
 		return nil, err
 	}
-	a.learnDir(rec)
+	a.dirs.learn(rec)
 	return rec, nil
 }
 
@@ -178,18 +178,18 @@ var AbandonedAfter = time.Hour
 
 // abandoned reports whether rec is an exclusive volume's record whose
 // directory was never made and that is older than AbandonedAfter.
-func (a *Area) abandoned(rec *Record) bool {
+func (a creation) abandoned(rec *Record) bool {
 	if rec.Shared || rec.SharedDir || rec.Adopted || rec.FileID != 0 || time.Since(rec.Created) < AbandonedAfter {
 		return false
 	}
-	_, err := a.freshLstat(rec.SubDir)
+	_, err := a.seals().freshLstat(rec.SubDir)
 	return errors.Is(err, fs.ErrNotExist)
 }
 
 // checkKind fails when the directory of req is taken by a volume of the
 // other kind: an exclusive volume's directory is never shared, and a shared
 // directory never becomes one volume's.
-func (a *Area) checkKind(req Request) error {
+func (a creation) checkKind(req Request) error {
 	if req.Shared {
 		other, err := readRecord(a.records(), volumeid.KeyForDir(req.SubDir))
 		if err != nil || other == nil {
@@ -207,7 +207,7 @@ func (a *Area) checkKind(req Request) error {
 // joinShared makes sure the shared directory of the shared volume rec
 // exists, made by nfsdir for sharing, with rec's owner and mode, creating
 // it when missing. It stays when every sharer is gone.
-func (a *Area) joinShared(rec *Record) error {
+func (a creation) joinShared(rec *Record) error {
 	dir := &Record{Version: RecordVersion, SharedDir: true, Token: volumeid.NewToken(), SubDir: rec.SubDir,
 		OnDelete: params.Retain, Mode: rec.Mode, UID: rec.UID, GID: rec.GID, Created: rec.Created}
 	key := dir.Key()
@@ -229,33 +229,10 @@ func (a *Area) joinShared(rec *Record) error {
 		return err
 	}
 	if err = a.makeDir(key, dir, fresh); err == nil && fresh {
-		err = a.recheckNesting(dir)
+		err = a.nesting().recheckNesting(dir)
 	}
 	if err != nil && fresh && dir.FileID == 0 {
-		a.dropRecord(key, dir)
-	}
-	return err
-}
-
-// recheckNesting runs the nesting check again once the directory of rec
-// was made, with the records directory revalidated: the first check ran
-// before the record, so a volume around this one created concurrently
-// may have passed its own check too. Records come before directories, so
-// whichever of the two made its directory second sees the other's record
-// here and undoes its own (the directory is new and empty).
-func (a *Area) recheckNesting(rec *Record) error {
-	if len(safepath.Parents(rec.SubDir)) == 0 {
-		return nil // at the share root: nothing can lie around it
-	}
-	if !a.onServer && !a.freshLookups {
-		if d, err := a.volumes.Open("."); err == nil {
-			d.Close()
-		}
-	}
-	err := a.checkNotNested(rec.SubDir)
-	if err != nil {
-		a.removeNewDir(rec.SubDir)
-		rec.unseal()
+		a.seals().dropRecord(key, dir)
 	}
 	return err
 }
@@ -264,7 +241,7 @@ func (a *Area) recheckNesting(rec *Record) error {
 // empty directory is removed (rmdir), so that whatever another client may
 // have put at the path meanwhile (a file, a link, a directory with data)
 // stays.
-func (a *Area) removeNewDir(rel string) {
+func (a creation) removeNewDir(rel string) {
 	err := a.atParent(rel, func(parent int) error {
 		return unix.Unlinkat(parent, path.Base(rel), unix.AT_REMOVEDIR)
 	})
@@ -289,15 +266,15 @@ const newDirPerm = 0o500
 // directory at the path is the sealed one and (re)applies owner and mode.
 // fresh: the record was written by this call, so any directory already at
 // the path is someone else's.
-func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
+func (a creation) makeDir(key string, rec *Record, fresh bool) error {
 	StepHook("create:dir", rec.SubDir)
 	if rec.FileID != 0 {
-		if err := a.makeParents(rec.SubDir); err != nil {
+		if err := a.nesting().makeParents(rec.SubDir); err != nil {
 			return err
 		}
-		st, err := a.freshLstat(rec.SubDir)
+		st, err := a.seals().freshLstat(rec.SubDir)
 		if err == nil {
-			if err := a.checkSealed(rec, st); err != nil {
+			if err := a.seals().checkSealed(rec, st); err != nil {
 				return err
 			}
 			return setOwnerAndMode(a.root, rec)
@@ -308,12 +285,12 @@ func (a *Area) makeDir(key string, rec *Record, fresh bool) error {
 		// Removed by someone after nfsdir made it: make it again.
 	}
 	// The directory is made, opened and sealed in its parent opened once.
-	return a.inParent(rec.SubDir, func(parent int) error { return a.makeDirIn(parent, key, rec, fresh) })
+	return a.nesting().inParent(rec.SubDir, func(parent int) error { return a.makeDirIn(parent, key, rec, fresh) })
 }
 
 // makeDirIn is makeDir's making of the directory of rec, not sealed yet,
 // in its parent directory open as parent.
-func (a *Area) makeDirIn(parent int, key string, rec *Record, fresh bool) error {
+func (a creation) makeDirIn(parent int, key string, rec *Record, fresh bool) error {
 	err := unix.Mkdirat(parent, path.Base(rec.SubDir), newDirPerm)
 	switch {
 	case err == nil:
@@ -332,7 +309,7 @@ func (a *Area) makeDirIn(parent int, key string, rec *Record, fresh bool) error 
 	default:
 		return onShare(&fs.PathError{Op: "mkdirat", Path: rec.SubDir, Err: err}, "create %q", rec.SubDir)
 	}
-	err = a.seal(parent, key, rec)
+	err = a.seals().seal(parent, key, rec)
 	if err != nil && !fresh {
 		return err // the record stays; a retry finds the directory sealed or unfinished
 	}
@@ -346,7 +323,7 @@ func (a *Area) makeDirIn(parent int, key string, rec *Record, fresh bool) error 
 }
 
 // existsError explains why an existing directory cannot become a volume's.
-func (a *Area) existsError(dir string) error {
+func (a creation) existsError(dir string) error {
 	if st, err := a.root.Lstat(dir); err == nil && !st.IsDir() {
 		return fault.New(fault.FailedPrecondition, "%q exists on the share and is not a directory (%s); nfsdir will not follow or replace it", dir, st.Mode().Type())
 	}
@@ -360,10 +337,10 @@ func (a *Area) existsError(dir string) error {
 // unfinished tells whether dir is exactly what makeDir leaves between mkdir
 // and seal: a real directory, empty, mode newDirPerm, owned by the user
 // nfsdir writes as. It returns "" if so, else what differs.
-func (a *Area) unfinished(dir string) string { return a.unfinishedAt(a.root, dir) }
+func (a creation) unfinished(dir string) string { return a.unfinishedAt(a.root, dir) }
 
 // unfinishedAt is unfinished for the directory rel below r.
-func (a *Area) unfinishedAt(r *os.Root, dir string) string {
+func (a creation) unfinishedAt(r *os.Root, dir string) string {
 	st, err := r.Lstat(dir)
 	if err != nil {
 		return err.Error()
@@ -387,3 +364,11 @@ func (a *Area) unfinishedAt(r *os.Root, dir string) string {
 	}
 	return ""
 }
+
+// creation is the room of Area with the steps of a create: the checks of
+// the request against what is on the share, the volume's directory made
+// (or an unfinished one of an earlier attempt found), and a shared
+// directory joined.
+type creation struct{ *Area }
+
+func (a *Area) creation() creation { return creation{a} }

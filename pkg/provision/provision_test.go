@@ -500,7 +500,7 @@ func TestUndoingANewDirectoryRemovesNothingElse(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "p/full"), 0o755)
 	os.WriteFile(filepath.Join(dir, "p/full/x"), []byte("data"), 0o644)
 	for _, name := range []string{"empty", "file", "link", "full", "missing"} {
-		a.removeNewDir("p/" + name)
+		a.creation().removeNewDir("p/" + name)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "p/empty")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the empty directory stays: %v", err)
@@ -771,8 +771,8 @@ func TestDeleteLooksUpWhileItReadsTheRecord(t *testing.T) {
 		t.Helper()
 		rec, err := a.Create(ctx, req(name, name, params.Delete))
 		fatalIf(t, err)
-		if got, ok := a.knownDir(rec.Key()); !ok || got != name {
-			t.Fatalf("knownDir(%s) = %q %v after its creation", name, got, ok)
+		if got, ok := a.dirs.known(rec.Key()); !ok || got != name {
+			t.Fatalf("dirs.known(%s) = %q %v after its creation", name, got, ok)
 		}
 		return rec
 	}
@@ -797,8 +797,8 @@ func TestDeleteLooksUpWhileItReadsTheRecord(t *testing.T) {
 	_, err = a.Modify(idOf(upd2), Change{OnDelete: params.Retain})
 	fatalIf(t, err)
 	fatalIf(t, os.Rename(filepath.Join(vols, upd2.Key()), filepath.Join(vols, upd2.Key()+updateSuffix+upd2.Token)))
-	early := a.checkDelete(idOf(upd2), "upd2", true)
-	_, err = a.deleteFound(ctx, idOf(upd2), &known, &early)
+	early := a.deletion().checkDelete(idOf(upd2), "upd2", true)
+	_, err = a.deletion().deleteFound(ctx, idOf(upd2), &known, &early)
 	fatalIf(t, err)
 	there("a volume an update set to retain", "upd2")
 

@@ -21,7 +21,7 @@ import (
 
 // checkSealed fails when st, found at rec's path, is not the directory
 // sealed into rec.
-func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
+func (a seals) checkSealed(rec *Record, st fs.FileInfo) error {
 	return a.checkSealedAs(rec, st, func() string { return a.handleDigest(a.root, rec.SubDir) })
 }
 
@@ -29,7 +29,7 @@ func (a *Area) checkSealed(rec *Record, st fs.FileInfo) error {
 // where it was just moved, is not the directory sealed into rec. Its
 // attributes and handle come from the descriptor: no call on the share
 // beyond the one that opened it.
-func (a *Area) checkSealedFile(rec *Record, f *os.File) error {
+func (a seals) checkSealedFile(rec *Record, f *os.File) error {
 	st, err := f.Stat()
 	if err != nil {
 		return onShare(err, "check %q", rec.SubDir)
@@ -39,7 +39,7 @@ func (a *Area) checkSealedFile(rec *Record, f *os.File) error {
 
 // checkSealedAs fails when st is not the directory sealed into rec;
 // handle gives the digest of its file handle ("" when there is none).
-func (a *Area) checkSealedAs(rec *Record, st fs.FileInfo, handle func() string) error {
+func (a seals) checkSealedAs(rec *Record, st fs.FileInfo, handle func() string) error {
 	if a.onServer && rec.ServerHandle == "" && rec.Handle != "" {
 		// Said before anything changes: the controller acts instead.
 		return fault.New(fault.Unimplemented, "directory %q was sealed through NFS, with a file handle only an NFS client can compare; the controller acts on it through its mount", rec.SubDir)
@@ -64,7 +64,7 @@ func (a *Area) checkSealedAs(rec *Record, st fs.FileInfo, handle func() string) 
 // sealedHandle is the handle digest sealed into rec that this Area can
 // compare: the NFS one through a share mount, the server's own on the
 // server (OnServer); "" when rec has none of that kind.
-func (a *Area) sealedHandle(rec *Record) string {
+func (a seals) sealedHandle(rec *Record) string {
 	if a.onServer {
 		return rec.ServerHandle
 	}
@@ -74,7 +74,7 @@ func (a *Area) sealedHandle(rec *Record) string {
 // handleDigest returns a digest of the file handle of p below root (for
 // NFS, the server's file handle: file system id, inode and generation), or
 // "" when the file system gives none.
-func (a *Area) handleDigest(root *os.Root, p string) string {
+func (a seals) handleDigest(root *os.Root, p string) string {
 	var h unix.FileHandle
 	at := func(fd int) (err error) {
 		h, _, err = unix.NameToHandleAt(fd, path.Base(p), 0) // never follows a final symlink without AT_SYMLINK_FOLLOW
@@ -112,7 +112,7 @@ func digestOf(h unix.FileHandle) string {
 
 // dropRecord removes the record under key if it is still rec (same token):
 // a record written later by someone else is left alone.
-func (a *Area) dropRecord(key string, rec *Record) {
+func (a seals) dropRecord(key string, rec *Record) {
 	if err := removeRecordIf(a.records(), key, rec.Token); err != nil {
 		klog.Warningf("%s: %v", rec.describe(), err)
 	}
@@ -126,7 +126,7 @@ func (a *Area) dropRecord(key string, rec *Record) {
 // meanwhile, and the server is asked for the name once. The descriptor
 // is O_PATH where its mode can be set through /proc (setModeOpen): opening
 // it then asks no permission of the server (through NFS, no ACCESS call).
-func (a *Area) seal(parent int, key string, rec *Record) error {
+func (a seals) seal(parent int, key string, rec *Record) error {
 	flags := unix.O_RDONLY
 	if procFDs() {
 		flags = unix.O_PATH
@@ -171,7 +171,7 @@ func (a *Area) seal(parent int, key string, rec *Record) error {
 
 // openDir opens the directory rel of the share without following any
 // symlink, on the way or at its end.
-func (a *Area) openDir(rel string) (*os.File, error) {
+func (a seals) openDir(rel string) (*os.File, error) {
 	var fd int
 	err := a.atParent(rel, func(parent int) (err error) {
 		fd, err = unix.Openat(parent, path.Base(rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -219,7 +219,7 @@ func openPathAt(dir int, name string) (*os.File, error) {
 // freshOpenPath opens rel on the share as openPathAt does, without
 // following any symlink on the way, after revalidating its parent
 // directory with the server as freshLstat does.
-func (a *Area) freshOpenPath(rel string) (*os.File, error) {
+func (a seals) freshOpenPath(rel string) (*os.File, error) {
 	if !a.onServer && !a.freshLookups {
 		if d, err := a.root.Open(path.Dir(rel)); err == nil {
 			d.Close()
@@ -249,7 +249,7 @@ func FreshLstat(root *os.Root, p string) (fs.FileInfo, error) {
 // freshLstat is FreshLstat of p on the share; on the server's own file
 // system (OnServer), which no client cache stands between, or on a mount
 // that never caches names (FreshLookups), a plain Lstat.
-func (a *Area) freshLstat(p string) (fs.FileInfo, error) {
+func (a seals) freshLstat(p string) (fs.FileInfo, error) {
 	if a.onServer || a.freshLookups {
 		return a.root.Lstat(p)
 	}
@@ -269,3 +269,10 @@ func fileID(root *os.Root, dir string) (uint64, error) {
 	}
 	return sys.Ino, nil
 }
+
+// seals is the room of Area that seals volume directories (a record
+// holding the directory's inode and handle) and checks their seals,
+// reading the share afresh where the area asks for fresh lookups.
+type seals struct{ *Area }
+
+func (a *Area) seals() seals { return seals{a} }

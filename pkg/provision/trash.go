@@ -162,9 +162,9 @@ func (rm removal) verifyMoved(rec *Record, dst *os.Root, name string) error {
 	case err != nil:
 		return onShare(err, "check %q", name)
 	case rec.FileID != 0:
-		why = rm.a.checkSealedFile(rec, f)
+		why = rm.a.seals().checkSealedFile(rec, f)
 	default:
-		if w := rm.a.unfinishedAt(dst, name); w != "" {
+		if w := rm.a.creation().unfinishedAt(dst, name); w != "" {
 			why = fault.New(fault.FailedPrecondition, "the directory at %q is not the one nfsdir made for %s: %s", rec.SubDir, rec.describe(), w)
 		}
 	}
@@ -184,7 +184,7 @@ func (rm removal) verifyMoved(rec *Record, dst *os.Root, name string) error {
 // moveBack renames name below src back to rel on the share, unless
 // something took rel meanwhile.
 func (rm removal) moveBack(src *os.Root, name, rel string) error {
-	if _, err := rm.a.freshLstat(rel); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := rm.a.seals().freshLstat(rel); !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%q is taken again", rel)
 	}
 	return rm.a.atDir(src, func(srcDir int) error {

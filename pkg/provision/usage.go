@@ -182,7 +182,7 @@ func listNames(r *os.Root) ([]string, error) {
 // Record returns the record stored under key, or nil.
 func (in Inventory) Record(key string) (*Record, error) {
 	rec, err := readRecord(in.a.records(), key)
-	in.a.learnDir(rec)
+	in.a.dirs.learn(rec)
 	return rec, err
 }
 
@@ -222,13 +222,13 @@ func (fg Figures) Store(key string, rec *Record, res usage.Result) (capacity.Fig
 // openVolumeDir opens rec's directory without following any symlink and
 // checks it is the directory sealed into rec.
 func (a *Area) openVolumeDir(rec *Record) (int, error) {
-	f, err := a.openDir(rec.SubDir)
+	f, err := a.seals().openDir(rec.SubDir)
 	if err != nil {
 		return -1, err
 	}
 	st, err := f.Stat()
 	if err == nil {
-		err = a.checkSealed(rec, st)
+		err = a.seals().checkSealed(rec, st)
 	}
 	if err != nil {
 		f.Close()
@@ -467,7 +467,7 @@ type Problem struct {
 // lookup, a file handle and a figure read.
 func (fg Figures) Health(rec *Record) ([]Problem, error) {
 	var out []Problem
-	st, err := fg.a.freshLstat(rec.SubDir)
+	st, err := fg.a.seals().freshLstat(rec.SubDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		// ENOTDIR: a parent on the way is no longer a directory.
@@ -476,7 +476,7 @@ func (fg Figures) Health(rec *Record) ([]Problem, error) {
 	case err != nil:
 		return nil, onShare(err, "check %q", rec.SubDir)
 	case rec.FileID != 0:
-		if err := fg.a.checkSealed(rec, st); err != nil {
+		if err := fg.a.seals().checkSealed(rec, st); err != nil {
 			out = append(out, Problem{Reason: "DirectoryReplaced", Lost: true, Message: err.Error()})
 		}
 	}

@@ -173,12 +173,11 @@ func (s *Set) attempt(share *Share, name string, j *copyJob, run copyFn) {
 func snapshotJob(id volumeid.ID) string { return "snapshot " + id.Key + "." + id.Token }
 func fillJob(id volumeid.ID) string     { return "volume " + id.Key + "." + id.Token }
 
-// forgetCopy drops what is kept of the copy name between attempts (its last
+// forget drops what is kept of the copy name between attempts (its last
 // failure and back-off) once its subject is deleted: nothing asks for it
 // again, and the Set keeps no state for copies that are gone. A running
 // attempt finds its subject gone itself (provision.ErrGone).
-func (s *Set) forgetCopy(name string) {
-	cp := s.copies
+func (cp *copies) forget(name string) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if j := cp.jobs[name]; j != nil && !j.running {
@@ -188,7 +187,7 @@ func (s *Set) forgetCopy(name string) {
 
 // ForgetFill drops what is kept of the fill of the volume of id; call it
 // once the volume is deleted.
-func (s *Set) ForgetFill(id volumeid.ID) { s.forgetCopy(fillJob(id)) }
+func (s *Set) ForgetFill(id volumeid.ID) { s.copies.forget(fillJob(id)) }
 
 // CopyStats are the copies' figures for the metrics.
 type CopyStats struct {

@@ -48,7 +48,7 @@ const tokenPrefix = "nfsdir1."
 func (s *Set) List(ctx context.Context, token string, max int, health bool) ([]Listed, string, error) {
 	return pageThrough(ctx, s, "volumes", token, max, nil, listInFlight, func(a *provision.Area) ([]string, error) { return a.Inventory().Keys() },
 		func(a *provision.Area, share *Share, k knownExport, key string) (*Listed, error) {
-			return s.listed(a, share, k.e, key, health)
+			return s.lister().listed(a, share, k.e, key, health)
 		},
 		func(l Listed) volumeid.ID { return l.ID })
 }
@@ -72,7 +72,7 @@ func pageThrough[T any](ctx context.Context, s *Set, what, token string, max int
 		return nil, "", err
 	}
 	var out []T
-	for _, k := range s.exports() {
+	for _, k := range s.lister().exports() {
 		if k.e.String() < afterExport || only != nil && k.e.String() != only.String() {
 			continue
 		}
@@ -83,7 +83,7 @@ func pageThrough[T any](ctx context.Context, s *Set, what, token string, max int
 		// fn fills a page of its own: after a timeout it may still run,
 		// and must touch nothing of this call's.
 		room, page := max-len(out), []T(nil)
-		err := s.onShareBounded(ctx, k.e, k.opts, func(a *provision.Area, share *Share) error {
+		err := s.lister().onShareBounded(ctx, k.e, k.opts, func(a *provision.Area, share *Share) error {
 			all, err := keys(a)
 			if err != nil {
 				return err
@@ -149,7 +149,7 @@ var errPageFull = errors.New("page full")
 // listShareTimeout (or ctx) even when fn is stuck in the kernel on a dead
 // server; until that fn returns, the share is left out of listings at once,
 // so at most one goroutine per share ever waits on it.
-func (s *Set) onShareBounded(ctx context.Context, e export.Export, opts mountopts.Options, fn func(*provision.Area, *Share) error) error {
+func (s lister) onShareBounded(ctx context.Context, e export.Export, opts mountopts.Options, fn func(*provision.Area, *Share) error) error {
 	name := e.String()
 	s.mu.Lock()
 	if s.listing[name] {
@@ -183,7 +183,7 @@ func (s *Set) onShareBounded(ctx context.Context, e export.Export, opts mountopt
 
 // listed returns the volume recorded under key, or nil for a key that
 // holds no volume (gone, or a shared directory's record).
-func (s *Set) listed(a *provision.Area, share *Share, e export.Export, key string, health bool) (*Listed, error) {
+func (s lister) listed(a *provision.Area, share *Share, e export.Export, key string, health bool) (*Listed, error) {
 	rec, err := a.Inventory().Record(key)
 	if errors.Is(err, provision.ErrBadRecord) {
 		// One unusable record hides no other volume of the share.
@@ -219,7 +219,7 @@ type knownExport struct {
 
 // exports returns every export the state directory has mounted, once
 // each, sorted.
-func (s *Set) exports() []knownExport {
+func (s lister) exports() []knownExport {
 	exps, opts := s.mounts.Known()
 	var out []knownExport
 	for i, e := range exps {
@@ -246,3 +246,9 @@ func decodeToken(t string) (exp, key string, err error) {
 	}
 	return exp, key, nil
 }
+
+// lister is the room of Set that lists volumes: the known exports, each
+// one's records, within the call's bounds.
+type lister struct{ *Set }
+
+func (s *Set) lister() lister { return lister{s} }

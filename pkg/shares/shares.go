@@ -91,7 +91,7 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.sweepAbandoned(s.bg)
+			s.upkeep().sweepAbandoned(s.bg)
 		}()
 	}
 	if cfg.Accounting.Every > 0 {
@@ -140,7 +140,7 @@ func (s *Set) On(ctx context.Context, e export.Export, opts mountopts.Options, c
 		}
 		klog.Warningf("share %s: %v; checking the mount and retrying", e, err)
 		if share != nil {
-			s.forget(share)
+			s.upkeep().forget(share)
 			s.mounts.Invalidate(share)
 		}
 	}
@@ -208,11 +208,11 @@ func (s *Set) Purge(share *Share) {
 	oa := s.areas[share.Path]
 	s.mu.Unlock()
 	if oa != nil && oa.share == share {
-		s.kick(share, oa.purge)
+		s.upkeep().kick(share, oa.purge)
 	}
 }
 
-func (s *Set) kick(share *Share, a *provision.Area) {
+func (s upkeep) kick(share *Share, a *provision.Area) {
 	if s.purger != nil {
 		s.purger.Kick(s.bg, share.Path, a)
 	}
@@ -253,7 +253,7 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 	if s.copies.cfg.Remote != nil {
 		a.Agents().Use(s.copies.cfg.Remote, e.Share)
 	}
-	opened := &openArea{share: share, area: a, purge: s.purgeArea(ctx, e, opts, a)}
+	opened := &openArea{share: share, area: a, purge: s.upkeep().purgeArea(ctx, e, opts, a)}
 	s.mu.Lock()
 	var stale *openArea
 	if oa := s.areas[share.Path]; oa != nil {
@@ -272,9 +272,9 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 	if stale != nil {
 		stale.close()
 	}
-	s.kick(share, opened.purge) // resume purges left by a restart
+	s.upkeep().kick(share, opened.purge) // resume purges left by a restart
 	if s.purger != nil {
-		s.resumeSnapshots(a, share) // and snapshots a restart cut
+		s.upkeep().resumeSnapshots(a, share) // and snapshots a restart cut
 	}
 	return a, share, nil
 }
@@ -282,7 +282,7 @@ func (s *Set) area(ctx context.Context, e export.Export, opts mountopts.Options,
 // resumeSnapshots starts the copies of the share's unfinished snapshots,
 // in the background: the share may not answer. (Volumes being filled
 // resume at the CreateVolume retry that asks for them.)
-func (s *Set) resumeSnapshots(a *provision.Area, share *Share) {
+func (s upkeep) resumeSnapshots(a *provision.Area, share *Share) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -307,7 +307,7 @@ func (s *Set) resumeSnapshots(a *provision.Area, share *Share) {
 // purgeArea opens the share's Area on the share's purge mount; without
 // one, purges run through main (correct, only slower). A Set that purges
 // nothing needs no such mount.
-func (s *Set) purgeArea(ctx context.Context, e export.Export, opts mountopts.Options, main *provision.Area) *provision.Area {
+func (s upkeep) purgeArea(ctx context.Context, e export.Export, opts mountopts.Options, main *provision.Area) *provision.Area {
 	if s.purger == nil {
 		return main
 	}
@@ -323,7 +323,7 @@ func (s *Set) purgeArea(ctx context.Context, e export.Export, opts mountopts.Opt
 }
 
 // forget drops the cached Area of share.
-func (s *Set) forget(share *Share) {
+func (s upkeep) forget(share *Share) {
 	s.mu.Lock()
 	oa := s.areas[share.Path]
 	if oa != nil && oa.share == share {
@@ -470,7 +470,7 @@ func (s *Set) AbandonAfter() time.Duration { return s.abandonAfter }
 // (provision.SweepAbandoned) every eighth of AbandonAfter (at least every
 // second, at most every 10 minutes), one sweep per share at a time: a share
 // whose server hangs holds up only its own.
-func (s *Set) sweepAbandoned(ctx context.Context) {
+func (s upkeep) sweepAbandoned(ctx context.Context) {
 	tick := time.NewTicker(min(max(s.abandonAfter/8, time.Second), 10*time.Minute))
 	defer tick.Stop()
 	for {
@@ -513,3 +513,10 @@ func (s *Set) sweepAbandoned(ctx context.Context) {
 		}
 	}
 }
+
+// upkeep is the room of Set that keeps shares in order in the background:
+// purges kicked and run on an area of their own, snapshots left unfinished
+// resumed, shares forgotten, and abandoned volumes swept.
+type upkeep struct{ *Set }
+
+func (s *Set) upkeep() upkeep { return upkeep{s} }

@@ -17,7 +17,8 @@ import (
 // CreateSnapshot records the snapshot name of the volume src on its share
 // (or finds the one a former call recorded) and returns its state, its
 // copy started in the background and waited for up to wait.
-func (s *Set) CreateSnapshot(ctx context.Context, src volumeid.ID, name string, wait time.Duration) (SnapshotState, error) {
+func (r Snapshots) CreateSnapshot(ctx context.Context, src volumeid.ID, name string, wait time.Duration) (SnapshotState, error) {
+	s := r.set
 	var st SnapshotState
 	err := s.OnVolume(ctx, src, func(a *provision.Area, share *Share) error {
 		snap, err := a.Snapshots().Create(name, src)
@@ -35,7 +36,8 @@ func (s *Set) CreateSnapshot(ctx context.Context, src volumeid.ID, name string, 
 
 // Snapshot returns the state of the snapshot of id, nil when it does not
 // exist; an unfinished copy with no attempt running is started.
-func (s *Set) Snapshot(ctx context.Context, id volumeid.ID) (*SnapshotState, error) {
+func (r Snapshots) Snapshot(ctx context.Context, id volumeid.ID) (*SnapshotState, error) {
+	s := r.set
 	var out *SnapshotState
 	err := s.OnVolume(ctx, id, func(a *provision.Area, share *Share) error {
 		snap, err := a.Snapshots().Lookup(id)
@@ -54,11 +56,12 @@ func (s *Set) Snapshot(ctx context.Context, id volumeid.ID) (*SnapshotState, err
 
 // DeleteSnapshot deletes the snapshot of id and kicks the purge of its
 // copy; a snapshot that does not exist is not an error.
-func (s *Set) DeleteSnapshot(ctx context.Context, id volumeid.ID) error {
+func (r Snapshots) DeleteSnapshot(ctx context.Context, id volumeid.ID) error {
+	s := r.set
 	err := s.OnVolume(ctx, id, func(a *provision.Area, share *Share) error {
 		err := a.Snapshots().Delete(id)
 		if err == nil {
-			s.forgetCopy(snapshotJob(id))
+			s.copies.forget(snapshotJob(id))
 		}
 		s.Purge(share)
 		return err
@@ -75,7 +78,8 @@ func (s *Set) DeleteSnapshot(ctx context.Context, id volumeid.ID) error {
 // after token, and the next page's token ("" at the end), as List does
 // for volumes. Snapshots not yet complete are listed as not ready, and
 // their copies started when no attempt runs.
-func (s *Set) ListSnapshots(ctx context.Context, token string, max int, source *volumeid.ID) ([]SnapshotState, string, error) {
+func (r Snapshots) ListSnapshots(ctx context.Context, token string, max int, source *volumeid.ID) ([]SnapshotState, string, error) {
+	s := r.set
 	var only *export.Export
 	if source != nil {
 		only = &source.Export
@@ -91,7 +95,7 @@ func (s *Set) ListSnapshots(ctx context.Context, token string, max int, source *
 			if err != nil || snap == nil || source != nil && !snap.SourceIs(*source) {
 				return nil, err
 			}
-			id, err := s.snapshotID(k, share, snap)
+			id, err := r.snapshotID(k, share, snap)
 			if err != nil {
 				return nil, err
 			}
@@ -103,7 +107,8 @@ func (s *Set) ListSnapshots(ctx context.Context, token string, max int, source *
 
 // snapshotID builds the ID of snap, a snapshot on the share k, as
 // CreateSnapshot handed it out: with its source volume's share options.
-func (s *Set) snapshotID(k knownExport, share *Share, snap *provision.Snapshot) (volumeid.ID, error) {
+func (r Snapshots) snapshotID(k knownExport, share *Share, snap *provision.Snapshot) (volumeid.ID, error) {
+	s := r.set
 	opts := share.Options
 	if snap.Options != "" {
 		if o, err := mountopts.Parse(snap.Options); err == nil {
@@ -116,3 +121,10 @@ func (s *Set) snapshotID(k knownExport, share *Share, snap *provision.Snapshot) 
 	}
 	return volumeid.SnapshotOf(vol, snap.Key(), snap.Token), nil
 }
+
+// Snapshots are the Set's snapshots: made by a copy on the share (or by
+// the share's agent), listed, looked at and deleted.
+type Snapshots struct{ set *Set }
+
+// Snapshots returns the Set's snapshots.
+func (s *Set) Snapshots() Snapshots { return Snapshots{s} }

@@ -27,6 +27,46 @@ func TestNoProductFileOverItsBound(t *testing.T) {
 	})
 }
 
+// maxMethods bounds the methods a type of the product's code declares:
+// one owner per concept, each with a surface a reader can learn.
+const maxMethods = 30
+
+// TestNoProductTypeOverItsMethodBound: no type of the product's code
+// declares more than maxMethods methods.
+func TestNoProductTypeOverItsMethodBound(t *testing.T) {
+	methods := map[string]int{} // "directory.Type"
+	productFiles(t, func(p string, b []byte) {
+		f, err := parser.ParseFile(token.NewFileSet(), p, b, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || len(fn.Recv.List) == 0 {
+				continue
+			}
+			typ := fn.Recv.List[0].Type
+			if star, ok := typ.(*ast.StarExpr); ok {
+				typ = star.X
+			}
+			if ix, ok := typ.(*ast.IndexExpr); ok {
+				typ = ix.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				methods[filepath.Dir(p)+"."+id.Name]++
+			}
+		}
+	})
+	for typ, n := range methods {
+		if n > maxMethods {
+			t.Errorf("%s declares %d methods, more than %d: give a concept of it a type of its own", typ, n, maxMethods)
+		}
+	}
+	if methods["pkg/provision.Area"] == 0 {
+		t.Error("no methods of pkg/provision.Area were counted: the count is broken")
+	}
+}
+
 // TestNoProductFunctionOverItsBound: no function or method of the
 // product's code is longer than maxFuncLines.
 func TestNoProductFunctionOverItsBound(t *testing.T) {
