@@ -32,7 +32,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
+.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
 
 all: build
 
@@ -236,29 +236,32 @@ E2E_ENV = NFSDIR_LAB_NFS_SERVER=off NFSDIR_LAB_MEM=6144 NFSDIR_LAB_TCG=multi
 # The control plane runs on the host (tests/k8s/hostplane_test.go's
 # TestHostPlane), the lab guest runs the tests NFSDIR_E2E_GUEST_RUN names.
 # The storage suite's e2e.test runs there too (tests/k8s/suite_host_test.go),
-# its reports in bin/e2e-storage-out.
+# its reports in SUITE_OUT (set per target).
 HOST_PLANE_ENV = NFSDIR_E2E_HOST_PLANE=1 NFSDIR_LAB_RUNNER=$(LAB) NFSDIR_E2E_HOST_BIN=$(CURDIR)/bin/k8s \
-	NFSDIR_E2E_SUITE_OUT=$(CURDIR)/bin/e2e-storage-out
-E2E_SUITE_BINS = for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done; \
-	rm -rf bin/e2e-storage-out
-# e2e-payload DIR: what the lab guest of a Kubernetes run gets in /work/bin.
-define e2e-payload
+	NFSDIR_E2E_SUITE_OUT=$(CURDIR)/$(SUITE_OUT)
+# e2e-payload PAYLOAD=DIR: what the lab guest of a Kubernetes run gets in /work/bin,
+# with the host's programs in bin/k8s. The Kubernetes runs make theirs under a lock,
+# so that two of them started at once (each on ports of its own) do not mix their files.
+PAYLOAD ?= bin/e2e
+e2e-payload:
 	for b in $(E2E_PLANE_BINS) kubelet csi-provisioner csi-resizer csi-snapshotter; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
+	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
 	$(MAKE) lab-images
-	rm -rf $(1) bin/k8s/snapshot-crds && mkdir -p $(1)/images $(1)/chart bin/k8s/snapshot-crds
-	tests/k8s/fetch-runtime.sh $(1)
-	cp bin/k8s/kubelet $(1)/
+	rm -rf $(PAYLOAD) bin/k8s/snapshot-crds && mkdir -p $(PAYLOAD)/images $(PAYLOAD)/chart bin/k8s/snapshot-crds
+	tests/k8s/fetch-runtime.sh $(PAYLOAD)
+	cp bin/k8s/kubelet $(PAYLOAD)/
 	crds=$$(cd tests/k8s/sidecars/snapshotter && $(GO) mod download github.com/kubernetes-csi/external-snapshotter/client/v8 && \
 		$(GO) list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)/config/crd && \
 		cp $$crds/snapshot.storage.k8s.io_*.yaml bin/k8s/snapshot-crds/
-	cp $(HELM) $(1)/helm
-	cp bin/lab/nfsdir $(1)/nfsdir
-	cp -r charts/nfsdir $(1)/chart/ && cp -r deploy/example $(1)/example
-	cp bin/images/*.tar $(1)/images/
-endef
+	cp $(HELM) $(PAYLOAD)/helm
+	cp bin/lab/nfsdir $(PAYLOAD)/nfsdir
+	cp -r charts/nfsdir $(PAYLOAD)/chart/ && cp -r deploy/example $(PAYLOAD)/example
+	cp bin/images/*.tar $(PAYLOAD)/images/
+E2E_PAYLOAD = mkdir -p bin && flock bin/.e2e-payload.lock $(MAKE) --no-print-directory e2e-payload PAYLOAD=$(1)
+e2e: SUITE_OUT = bin/e2e-storage-out
 e2e: lab-image $(HELM)
-	$(E2E_SUITE_BINS)
-	$(call e2e-payload,bin/e2e)
+	$(call E2E_PAYLOAD,bin/e2e)
+	rm -rf $(SUITE_OUT)
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='$(E2E_RUN)' \
 		NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
@@ -271,10 +274,10 @@ e2e: lab-image $(HELM)
 E2E_MULTINODE_ENV = NFSDIR_LAB_PEER=1 NFSDIR_LAB_PEER_MEM=3072 NFSDIR_E2E_MULTINODE=1 \
 	NFSDIR_LAB_PEER_ARGS='-test.run=^TestWorkerNode$$ -test.v=true -test.timeout=0'
 MULTINODE_RUN ?= TestDriverOnTwoNodes
+e2e-multinode: SUITE_OUT = bin/e2e-multinode-storage-out
 e2e-multinode: lab-image $(HELM)
-	$(E2E_SUITE_BINS)
-	$(call e2e-payload,bin/e2e-multinode)
-	rm -f bin/e2e-multinode/images/agnhost.tar
+	$(call E2E_PAYLOAD,bin/e2e-multinode)
+	rm -rf $(SUITE_OUT) bin/e2e-multinode/images/agnhost.tar
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-multinode $(E2E_ENV) $(E2E_MULTINODE_ENV) $(HOST_PLANE_ENV) \
 		NFSDIR_E2E_GUEST_RUN='$(MULTINODE_RUN)' NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e-multinode.log; exit $${PIPESTATUS[0]}
@@ -288,9 +291,10 @@ e2e-multinode: lab-image $(HELM)
 ## (tests/k8s quickSpecs, which make e2e runs after its scenarios).
 E2E_STORAGE_MINUTES ?= 50
 E2E_STORAGE_QUICK ?= 0
+e2e-storage: SUITE_OUT = bin/e2e-storage-out
 e2e-storage: lab-image $(HELM)
-	$(E2E_SUITE_BINS)
-	$(call e2e-payload,bin/e2e-storage)
+	$(call E2E_PAYLOAD,bin/e2e-storage)
+	rm -rf $(SUITE_OUT)
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-storage $(E2E_ENV) \
 		NFSDIR_LAB_MEM=6144 NFSDIR_E2E_STORAGE=1 NFSDIR_E2E_MINUTES=$(E2E_STORAGE_MINUTES) NFSDIR_E2E_QUICK=$(E2E_STORAGE_QUICK) \
 		NFSDIR_LAB_TIMEOUT=$$(( ($(E2E_STORAGE_MINUTES) + 15) * 60 )) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN=TestKubernetesStorageSuite \

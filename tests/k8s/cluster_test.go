@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +50,7 @@ type cluster struct {
 	dir   string // state and logs
 	start time.Time
 	logs  map[string]string // process name → log file
+	pids  map[string]int    // process name → its process ID
 	admin string            // admin kubeconfig
 	kube  *kubernetes.Clientset
 	dyn   *dynamic.DynamicClient // for objects from manifests
@@ -177,12 +180,14 @@ func startClusterOn(t *testing.T, n labNode, worker *labNode) *cluster {
 	return c
 }
 
-// planePorts are where a control plane listens: etcd's client and peer
-// ports and the API server's secure port, with the API server's flags
-// that differ between the guest and the host.
+// planePorts are where a control plane listens, on 127.0.0.1 only:
+// etcd's client and peer ports, the API server's, the controller-manager's
+// and the scheduler's secure ports, with the API server's flags that
+// differ between the guest and the host. Every port is the run's own, so
+// that two clusters run side by side.
 type planePorts struct {
-	etcd, etcdPeer, api int
-	apiFlags            []string
+	etcd, etcdPeer, api, controllers, scheduler int
+	apiFlags                                    []string
 }
 
 // startControlPlane runs etcd, kube-apiserver, kube-controller-manager and
@@ -220,8 +225,10 @@ func (c *cluster) startControlPlane(ports planePorts, server string) {
 	c.waitFor("kube-apiserver /readyz", 5*time.Minute, c.apiReady, "kube-apiserver")
 	c.run("kube-controller-manager", nil, "--kubeconfig="+cm, "--root-ca-file="+p("ca.crt"),
 		"--service-account-private-key-file="+p("sa.key"), "--use-service-account-credentials", "--leader-elect=false",
-		"--cluster-cidr="+podRange, "--service-cluster-ip-range="+serviceRange)
-	c.run("kube-scheduler", nil, "--kubeconfig="+sched, "--leader-elect=false")
+		"--cluster-cidr="+podRange, "--service-cluster-ip-range="+serviceRange,
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports.controllers))
+	c.run("kube-scheduler", nil, "--kubeconfig="+sched, "--leader-elect=false",
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports.scheduler))
 }
 
 // connect makes the cluster's clients from the admin's kubeconfig.
@@ -258,6 +265,10 @@ runtimeRequestTimeout: 10m
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {}
+# Without eviction thresholds or local storage isolation the kubelet
+# gathers no summary of the node's file systems every 10 s (the lab's pods
+# ask for no ephemeral storage).
+localStorageCapacityIsolation: false
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
@@ -326,6 +337,9 @@ state = "/run/containerd"
   address = "/run/containerd/containerd.sock"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "lab.local/pause:3.10"
+  # The snapshots' disk usage, counted by walking every container's files
+  # (the native snapshotter's are plain copies): every 10 minutes, not 10 s.
+  stats_collect_period = 600
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "native"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -343,8 +357,24 @@ state = "/run/containerd"
 	if len(only) > 0 {
 		images = slices.DeleteFunc(images, func(f string) bool { return !slices.Contains(only, strings.TrimSuffix(filepath.Base(f), ".tar")) })
 	}
-	for _, img := range images {
-		c.ctr("-n", "k8s.io", "images", "import", "--snapshotter", "native", img)
+	// Two at a time: the guest has two vCPUs, and an import is mostly
+	// one process unpacking layers.
+	var wg sync.WaitGroup
+	errs := make([]error, len(images))
+	slots := make(chan struct{}, 2)
+	for i, img := range images {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if out, err := c.ctrCmd("-n", "k8s.io", "images", "import", "--snapshotter", "native", img).CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("ctr import %s: %v\n%s", img, err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.t.Fatal(err)
 	}
 	c.stage(fmt.Sprintf("%d images imported", len(images)))
 }
@@ -375,6 +405,10 @@ func (c *cluster) run(name string, env []string, args ...string) {
 		c.t.Fatal(err)
 	}
 	c.logs[name] = f.Name()
+	if c.pids == nil {
+		c.pids = map[string]int{}
+	}
+	c.pids[name] = cmd.Process.Pid
 	c.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); f.Close() })
 }
 

@@ -50,10 +50,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 	c := startCluster(t)
 	c.startNFSServer(true)
 	c.installDriver("--set", "quota.clientSecret="+quotaClientSecret)
-	steps := []struct {
-		name string
-		run  func(*cluster)
-	}{
+	c.runSteps([]step{
 		{"ReadWriteManyDeployment", (*cluster).readWriteMany},
 		{"OnlineExpansion", (*cluster).onlineExpansion},
 		{"VolumeStatsPerClaim", (*cluster).volumeStatsPerClaim},
@@ -76,10 +73,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		// Kubernetes' storage suite, one spec of each kind (quickSpecs),
 		// on the same cluster.
 		{"KubernetesStorageSuite", (*cluster).quickStorageSuite},
-	}
-	for _, s := range steps {
-		t.Run(s.name, func(t *testing.T) { s.run(c.in(t)) })
-	}
+	})
 }
 
 // in returns the cluster seen from a subtest: failures end the subtest.

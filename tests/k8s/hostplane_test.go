@@ -73,7 +73,7 @@ func TestHostPlane(t *testing.T) {
 		}
 	}
 	c := &cluster{t: t, bin: bin, dir: state, start: time.Now(), logs: map[string]string{}}
-	ports := freePorts(t, 5)
+	ports := freePorts(t, 7)
 	api := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	kubelets := map[string]int{nodeIP: ports[3], secondNode.ip: ports[4]}
 
@@ -106,7 +106,7 @@ egressSelections:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c.startControlPlane(planePorts{etcd: ports[0], etcdPeer: ports[1], api: ports[2],
+	c.startControlPlane(planePorts{etcd: ports[0], etcdPeer: ports[1], api: ports[2], controllers: ports[5], scheduler: ports[6],
 		apiFlags: []string{"--bind-address=127.0.0.1", "--egress-selector-config-file=" + egress}}, api)
 	c.startSnapshotController()
 
@@ -124,6 +124,9 @@ egressSelections:
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	err = cmd.Run()
 	c.stage("lab guest ended")
+	// Nothing of the plane may be reachable from the network: every
+	// listener is on 127.0.0.1 (and the guests reach them through qemu).
+	c.checkHostListeners()
 	if err != nil {
 		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "snapshot-controller"} {
 			t.Logf("--- %s log (host):\n%s", name, c.tail(name, 3000))

@@ -46,10 +46,7 @@ func TestDriverOnTwoNodes(t *testing.T) {
 	// comes about a minute after the power-off, well inside the lapse,
 	// whenever in the renewal period the node died.
 	c.installDriver("--set", `controller.nodeSelector.kubernetes\.io/hostname=`+nodeName, "--set", "node.claimLapse=120s")
-	steps := []struct {
-		name string
-		run  func(*cluster)
-	}{
+	c.runSteps([]step{
 		{"ReadWriteManyAcrossNodes", (*cluster).readWriteManyAcrossNodes},
 		{"LocksAcrossNodes", (*cluster).locksAcrossNodes},
 		{"ReadWriteOncePodAcrossNodes", (*cluster).readWriteOncePodAcrossNodes},
@@ -57,10 +54,7 @@ func TestDriverOnTwoNodes(t *testing.T) {
 		{"StorageSuiteAcrossNodes", (*cluster).storageSuiteAcrossNodes},
 		// Last: it turns lab-node-2 off and on again.
 		{"NodeKilledWithAVolume", (*cluster).nodeKilledWithAVolume},
-	}
-	for _, s := range steps {
-		t.Run(s.name, func(t *testing.T) { s.run(c.in(t)) })
-	}
+	})
 }
 
 // TestWorkerNode runs in the second guest of `make e2e-multinode`: it makes
