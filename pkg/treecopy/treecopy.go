@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nfsdir/nfsdir/pkg/treewalk"
 )
 
 // Copier copies trees. Its zero value is not usable: start from Default.
@@ -202,13 +204,7 @@ func (r *copyRun) firstErr() error {
 
 // openDirAt opens the directory name below dirfd without following a
 // symlink, on a description of its own.
-func openDirAt(dirfd int, name string) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), name), nil
-}
+func openDirAt(dirfd int, name string) (*os.File, error) { return treewalk.OpenDir(dirfd, name) }
 
 func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) error {
 	root, err := openRoot(srcfd, dstfd)
@@ -503,33 +499,20 @@ func letGo(stack []*pair) {
 // copy, checks the source's is the directory the copy let go, and skips
 // the entries already looked at.
 func (r *copyRun) reopen(child, parent *pair, batch int) error {
-	src, err := openDirAt(int(child.src.Fd()), "..")
-	if err != nil {
-		return fmt.Errorf("reopen a directory: %w", err)
-	}
-	var st unix.Stat_t
 	// Another directory there, or entries added or removed since it was
 	// let go: the entries to skip are not those looked at.
-	if err := unix.Fstat(int(src.Fd()), &st); err != nil || st.Ino != parent.st.Ino || st.Dev != parent.st.Dev || st.Ctim != parent.changed {
-		src.Close()
+	src, err := treewalk.Reopen(int(child.src.Fd()), treewalk.Was{Dev: uint64(parent.st.Dev), Ino: parent.st.Ino, Changed: &parent.changed},
+		parent.consumed, batch)
+	if errors.Is(err, treewalk.ErrMoved) {
 		return ErrChanged
+	}
+	if err != nil {
+		return err
 	}
 	dst, err := openDirAt(int(child.dst.Fd()), "..")
 	if err != nil {
 		src.Close()
 		return fmt.Errorf("reopen a directory of the copy: %w", err)
-	}
-	for skip := parent.consumed; skip > 0; {
-		ents, err := src.ReadDir(min(skip, batch))
-		skip -= len(ents)
-		if len(ents) == 0 {
-			if err != nil && !errors.Is(err, io.EOF) {
-				src.Close()
-				dst.Close()
-				return fmt.Errorf("read a directory: %w", err)
-			}
-			break // it shrank: nothing more to copy from it
-		}
 	}
 	parent.src, parent.dst = src, dst
 	return nil

@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsdir/nfsdir/pkg/treewalk"
+
 	"github.com/nfsdir/nfsdir/pkg/capacity"
 )
 
@@ -216,26 +218,12 @@ func letGo(stack []*frame) {
 // reopen opens parent again as child's "..", checks it is the directory
 // the walk let go, and skips the entries already counted.
 func (w Walker) reopen(child *os.File, parent *frame, batch int) error {
-	fd, err := unix.Openat(int(child.Fd()), "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("reopen a directory: %w", err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Ino != parent.ino || uint64(st.Dev) != parent.dev {
-		unix.Close(fd)
+	f, err := treewalk.Reopen(int(child.Fd()), treewalk.Was{Dev: parent.dev, Ino: parent.ino}, parent.consumed, batch)
+	if errors.Is(err, treewalk.ErrMoved) {
 		return ErrChanged
 	}
-	f := os.NewFile(uintptr(fd), "..")
-	for skip := parent.consumed; skip > 0; {
-		ents, err := f.ReadDir(min(skip, batch))
-		skip -= len(ents)
-		if len(ents) == 0 {
-			if err != nil && !errors.Is(err, io.EOF) {
-				f.Close()
-				return fmt.Errorf("read a directory: %w", err)
-			}
-			break // it shrank: nothing more to count in it
-		}
+	if err != nil {
+		return err
 	}
 	parent.f = f
 	return nil
