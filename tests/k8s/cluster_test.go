@@ -265,10 +265,6 @@ runtimeRequestTimeout: 10m
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {}
-# Without eviction thresholds or local storage isolation the kubelet
-# gathers no summary of the node's file systems every 10 s (the lab's pods
-# ask for no ephemeral storage).
-localStorageCapacityIsolation: false
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
