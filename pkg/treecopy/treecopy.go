@@ -202,10 +202,6 @@ func (r *copyRun) firstErr() error {
 	return r.err
 }
 
-// openDirAt opens the directory name below dirfd without following a
-// symlink, on a description of its own.
-func openDirAt(dirfd int, name string) (*os.File, error) { return treewalk.OpenDir(dirfd, name) }
-
 func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) error {
 	root, err := openRoot(srcfd, dstfd)
 	if err != nil {
@@ -280,11 +276,11 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 // openRoot opens the source and destination directories of a copy as
 // the walk's first pair.
 func openRoot(srcfd, dstfd int) (*pair, error) {
-	src, err := openDirAt(srcfd, ".")
+	src, err := treewalk.OpenDir(srcfd, ".")
 	if err != nil {
 		return nil, err
 	}
-	dst, err := openDirAt(dstfd, ".")
+	dst, err := treewalk.OpenDir(dstfd, ".")
 	if err != nil {
 		src.Close()
 		return nil, err
@@ -387,7 +383,7 @@ func (r *copyRun) entry(top *pair, name string) (*pair, error) {
 
 // dir makes the copy of the source directory name of top and opens both.
 func (r *copyRun) dir(top *pair, name string, st *unix.Stat_t) (*pair, error) {
-	src, err := openDirAt(int(top.src.Fd()), name)
+	src, err := treewalk.OpenDir(int(top.src.Fd()), name)
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
 		return nil, nil // replaced since the stat
@@ -404,7 +400,7 @@ func (r *copyRun) dir(top *pair, name string, st *unix.Stat_t) (*pair, error) {
 		src.Close()
 		return nil, fmt.Errorf("make directory %q: %w", top.node.path(name), err)
 	}
-	dst, err := openDirAt(int(top.dst.Fd()), name)
+	dst, err := treewalk.OpenDir(int(top.dst.Fd()), name)
 	if err != nil {
 		src.Close()
 		return nil, fmt.Errorf("open the copy of %q: %w", top.node.path(name), err)
@@ -509,7 +505,7 @@ func (r *copyRun) reopen(child, parent *pair, batch int) error {
 	if err != nil {
 		return err
 	}
-	dst, err := openDirAt(int(child.dst.Fd()), "..")
+	dst, err := treewalk.OpenDir(int(child.dst.Fd()), "..")
 	if err != nil {
 		src.Close()
 		return fmt.Errorf("reopen a directory of the copy: %w", err)
