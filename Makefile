@@ -181,34 +181,38 @@ k8s-e2e-bins:
 ## contents the Dockerfile installs), pause, busybox (with the lab's lablock, for
 ## the lock scenarios: Debian's busybox has no flock), and node-driver-registrar and
 ## livenessprobe built from their release sources (tests/k8s/sidecars/build-release.sh).
+# Images are kept by content in IMAGE_CACHE between runs (the latest of each tag):
+# one whose contents did not change is copied rather than compressed again.
+IMAGE_CACHE ?= $(HOME)/.cache/nfsdir-lab/images
+IMAGEBUILD = bin/k8s-tools/imagebuild -cache $(IMAGE_CACHE)
 lab-images: lab-deps
 	mkdir -p bin/images bin/k8s-tools bin/lab
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
 	cd tests/k8s && for p in imagebuild pause lablock; do \
 		$(GO) build -o $(CURDIR)/bin/k8s-tools/$$p ./images/$$p || exit 1; done
 	tests/k8s/sidecars/build-release.sh bin/k8s
-	bin/k8s-tools/imagebuild -o bin/images/pause.tar -tag lab.local/pause:3.10 -entrypoint /pause -file bin/k8s-tools/pause:/pause
-	bin/k8s-tools/imagebuild -o bin/images/registrar.tar -tag lab.local/csi-node-driver-registrar:$(NODE_DRIVER_REGISTRAR_VERSION) \
+	$(IMAGEBUILD) -o bin/images/pause.tar -tag lab.local/pause:3.10 -entrypoint /pause -file bin/k8s-tools/pause:/pause
+	$(IMAGEBUILD) -o bin/images/registrar.tar -tag lab.local/csi-node-driver-registrar:$(NODE_DRIVER_REGISTRAR_VERSION) \
 		-entrypoint /csi-node-driver-registrar -file bin/k8s/csi-node-driver-registrar:/csi-node-driver-registrar
-	bin/k8s-tools/imagebuild -o bin/images/livenessprobe.tar -tag lab.local/livenessprobe:$(LIVENESSPROBE_VERSION) \
+	$(IMAGEBUILD) -o bin/images/livenessprobe.tar -tag lab.local/livenessprobe:$(LIVENESSPROBE_VERSION) \
 		-entrypoint /livenessprobe -file bin/k8s/livenessprobe:/livenessprobe
 	rm -rf bin/images/nfsdir-rootfs && tests/k8s/nfsdir-rootfs.sh bin/images/nfsdir-rootfs
-	bin/k8s-tools/imagebuild -o bin/images/nfsdir.tar -tag lab.local/nfsdir:lab -entrypoint /nfsdir \
+	$(IMAGEBUILD) -o bin/images/nfsdir.tar -tag lab.local/nfsdir:lab -entrypoint /nfsdir \
 		-file bin/lab/nfsdir:/nfsdir -tree bin/images/nfsdir-rootfs:/
 	rm -rf bin/images/busybox-rootfs && mkdir -p bin/images/busybox-rootfs/bin && cp $$(command -v busybox) bin/images/busybox-rootfs/bin/busybox && \
 		for a in $$(busybox --list); do [ -e bin/images/busybox-rootfs/bin/$$a ] || ln -s busybox bin/images/busybox-rootfs/bin/$$a; done && \
 		cp bin/k8s-tools/lablock bin/images/busybox-rootfs/bin/lablock
-	bin/k8s-tools/imagebuild -o bin/images/busybox.tar -tag lab.local/busybox:lab -entrypoint /bin/sh -tree bin/images/busybox-rootfs:/
+	$(IMAGEBUILD) -o bin/images/busybox.tar -tag lab.local/busybox:lab -entrypoint /bin/sh -tree bin/images/busybox-rootfs:/
 	rm -rf bin/images/nfs-server-rootfs && tests/k8s/images/nfs-server/rootfs.sh bin/images/nfs-server-rootfs
-	bin/k8s-tools/imagebuild -o bin/images/nfs-server.tar -tag lab.local/nfs-server:lab -entrypoint /nfs-server \
+	$(IMAGEBUILD) -o bin/images/nfs-server.tar -tag lab.local/nfs-server:lab -entrypoint /nfs-server \
 		-tree bin/images/nfs-server-rootfs:/
-	if [ -x bin/k8s/agnhost ]; then bin/k8s-tools/imagebuild -o bin/images/agnhost.tar -tag $(E2E_AGNHOST) \
+	if [ -x bin/k8s/agnhost ]; then $(IMAGEBUILD) -o bin/images/agnhost.tar -tag $(E2E_AGNHOST) \
 		-entrypoint /agnhost -file bin/k8s/agnhost:/agnhost -tree bin/images/busybox-rootfs:/; fi
-	if [ -x bin/k8s/csi-provisioner ]; then bin/k8s-tools/imagebuild -o bin/images/csi-provisioner.tar \
+	if [ -x bin/k8s/csi-provisioner ]; then $(IMAGEBUILD) -o bin/images/csi-provisioner.tar \
 		-tag lab.local/csi-provisioner:$(CSI_PROVISIONER_VERSION) -entrypoint /csi-provisioner -file bin/k8s/csi-provisioner:/csi-provisioner; fi
-	if [ -x bin/k8s/csi-resizer ]; then bin/k8s-tools/imagebuild -o bin/images/csi-resizer.tar \
+	if [ -x bin/k8s/csi-resizer ]; then $(IMAGEBUILD) -o bin/images/csi-resizer.tar \
 		-tag lab.local/csi-resizer:$(CSI_RESIZER_VERSION) -entrypoint /csi-resizer -file bin/k8s/csi-resizer:/csi-resizer; fi
-	if [ -x bin/k8s/csi-snapshotter ]; then bin/k8s-tools/imagebuild -o bin/images/csi-snapshotter.tar \
+	if [ -x bin/k8s/csi-snapshotter ]; then $(IMAGEBUILD) -o bin/images/csi-snapshotter.tar \
 		-tag lab.local/csi-snapshotter:$(CSI_SNAPSHOTTER_VERSION) -entrypoint /csi-snapshotter -file bin/k8s/csi-snapshotter:/csi-snapshotter; fi
 
 ## e2e-smoke: containerd and runc (Debian packages) in the lab guest import and run the
@@ -286,7 +290,8 @@ e2e-multinode: lab-image $(HELM)
 ## External Storage tests for nfsdir.csi.io), all of its specs that apply, on a lab
 ## cluster of its own, at most E2E_STORAGE_MINUTES; e2e.test runs on the host beside the
 ## control plane. The full output and the JUnit report land in bin/e2e-storage-out.
-## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_PROCS (default 3)
+## NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP change the selection, NFSDIR_E2E_REPEAT=N runs it N
+## more times unless it fails, NFSDIR_E2E_PROCS (default 3)
 ## how many specs run at once; E2E_STORAGE_QUICK=1 runs only one spec of each kind
 ## (tests/k8s quickSpecs, which make e2e runs after its scenarios).
 E2E_STORAGE_MINUTES ?= 50

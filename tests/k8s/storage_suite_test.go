@@ -96,7 +96,8 @@ func TestKubernetesStorageSuite(t *testing.T) {
 // suiteRunFromEnv is the selection make e2e-storage asks for: the suite's
 // specs for nfsdir (NFSDIR_E2E_FOCUS / NFSDIR_E2E_SKIP replace the
 // defaults, NFSDIR_E2E_QUICK=1 narrows them to quickSpecs),
-// NFSDIR_E2E_PROCS at a time for at most NFSDIR_E2E_MINUTES.
+// NFSDIR_E2E_PROCS at a time for at most NFSDIR_E2E_MINUTES, NFSDIR_E2E_REPEAT
+// more times.
 func suiteRunFromEnv() suiteRun {
 	r := suiteRun{Focus: suiteFocus, Skip: suiteSkip, Procs: 3, Limit: 50 * time.Minute}
 	if f := os.Getenv("NFSDIR_E2E_FOCUS"); f != "" {
@@ -110,6 +111,9 @@ func suiteRunFromEnv() suiteRun {
 	}
 	if n, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_PROCS")); err == nil && n > 0 {
 		r.Procs = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_REPEAT")); err == nil && n > 0 {
+		r.Repeat = n
 	}
 	if m, err := strconv.Atoi(os.Getenv("NFSDIR_E2E_MINUTES")); err == nil && m > 0 {
 		r.Limit = time.Duration(m) * time.Minute
@@ -203,12 +207,12 @@ func execSuite(ctx context.Context, bin, kubeconfig, report string, r suiteRun, 
 		return suiteSummary{}, err
 	}
 	// Ginkgo stops at the limit and reports; the context is the backstop.
-	ctx, cancel := context.WithTimeout(ctx, r.Limit+5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, r.budget()+5*time.Minute)
 	defer cancel()
 	// The Ginkgo CLI runs the specs in parallel processes of e2e.test: a
 	// spec mostly waits for pods, so a few run side by side.
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ginkgo"),
-		"--procs="+strconv.Itoa(r.Procs), "-v", "--no-color", "--timeout="+r.Limit.String(),
+		"--procs="+strconv.Itoa(r.Procs), "-v", "--no-color", "--timeout="+r.Limit.String(), "--repeat="+strconv.Itoa(r.Repeat),
 		"--focus="+r.Focus, "--skip="+r.Skip, "--junit-report="+filepath.Join(report, "junit.xml"),
 		filepath.Join(bin, "e2e.test"), "--",
 		"--kubeconfig="+kubeconfig, "--provider=local", "--storage.testdriver="+driverDef, "--report-dir="+report,

@@ -30,11 +30,14 @@ const (
 )
 
 // suiteRun is one selection of the storage suite: the specs that match
-// Focus and not Skip, Procs at a time, for at most Limit.
+// Focus and not Skip, Procs at a time, for at most Limit, and Repeat more
+// times after that unless one fails (to chase a spec that fails only now
+// and then).
 type suiteRun struct {
 	Focus, Skip string
 	Procs       int
 	Limit       time.Duration
+	Repeat      int
 }
 
 // suiteAnswer is the host's answer to a suiteRun: the run's summary and
@@ -42,6 +45,11 @@ type suiteRun struct {
 type suiteAnswer struct {
 	Summary suiteSummary
 	Error   string
+}
+
+// budget is how long r may take in all: Limit for each of its runs.
+func (r suiteRun) budget() time.Duration {
+	return r.Limit * time.Duration(1+r.Repeat)
 }
 
 var suiteRuns atomic.Int32
@@ -60,7 +68,7 @@ func (c *cluster) askHost(r suiteRun) (suiteSummary, error) {
 		c.t.Fatal(err)
 	}
 	var answer suiteAnswer
-	c.waitFor("the host's run of the storage suite", r.Limit+10*time.Minute, func() (bool, error) {
+	c.waitFor("the host's run of the storage suite", r.budget()+10*time.Minute, func() (bool, error) {
 		cm, err := c.kube.CoreV1().ConfigMaps(suiteNS).Get(ctx, name, metav1GetOptions)
 		if err != nil {
 			return false, err
@@ -114,6 +122,9 @@ func (c *cluster) answerSuiteRun(ctx context.Context, cm corev1.ConfigMap, bin, 
 		if err != nil {
 			a.Error = err.Error()
 		}
+		if sum.Failed > 0 || err != nil {
+			c.keepSuiteEvidence(ctx, report, progress)
+		}
 	}
 	text, _ := json.Marshal(a)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
@@ -127,6 +138,58 @@ func (c *cluster) answerSuiteRun(ctx context.Context, cm corev1.ConfigMap, bin, 
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// keepSuiteEvidence writes into report what a failed run of the storage
+// suite leaves behind and the suite's own report does not show: the
+// VolumeSnapshotContents that remain (their finalizers and annotations
+// say which controller still holds them), the driver's containers' whole
+// logs, current and previous, and the host's snapshot-controller log. It
+// writes the contents still present on progress as well.
+func (c *cluster) keepSuiteEvidence(ctx context.Context, report string, progress io.Writer) {
+	var b strings.Builder
+	list, err := c.dyn.Resource(resources["VolumeSnapshotContent"]).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "listing VolumeSnapshotContents: %v\n", err)
+	} else {
+		for _, o := range list.Items {
+			spec, _ := o.Object["spec"].(map[string]any)
+			status, _ := o.Object["status"].(map[string]any)
+			fmt.Fprintf(&b, "VolumeSnapshotContent %s: deletionTimestamp=%v finalizers=%q annotations=%v deletionPolicy=%v volumeSnapshotRef=%v status=%v\n",
+				o.GetName(), o.GetDeletionTimestamp(), o.GetFinalizers(), o.GetAnnotations(), spec["deletionPolicy"], spec["volumeSnapshotRef"], status)
+		}
+	}
+	fmt.Fprint(progress, b.String())
+	files := map[string][]byte{"volumesnapshotcontents.txt": []byte(b.String())}
+	if log, err := os.ReadFile(c.logs["snapshot-controller"]); err == nil {
+		files["snapshot-controller.log"] = log
+	}
+	pods, err := c.kube.CoreV1().Pods(driverNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nfsdir"})
+	if err != nil {
+		fmt.Fprintf(progress, "listing the driver's pods: %v\n", err)
+		pods = &corev1.PodList{}
+	}
+	for _, p := range pods.Items {
+		for _, ctr := range containersOf(&p) {
+			for _, previous := range []bool{false, true} {
+				log, err := c.kube.CoreV1().Pods(driverNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr.Name, Previous: previous}).DoRaw(ctx)
+				if err != nil {
+					continue
+				}
+				name := p.Name + "_" + ctr.Name
+				if previous {
+					name += "_previous"
+				}
+				files[name+".log"] = log
+			}
+		}
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(report, name), data, 0o644); err != nil {
+			fmt.Fprintf(progress, "keeping %s: %v\n", name, err)
+		}
+	}
+	fmt.Fprintf(progress, "the failed run's evidence is in %s (%d files)\n", report, len(files))
 }
 
 // suiteBinaries checks that bin holds what TestHostPlane runs: the

@@ -7,12 +7,19 @@
 //	    -file bin/nfsdir:/nfsdir -tree rootfs/:/
 //
 // -file SRC:DST adds one file (mode kept); -tree DIR:DST adds a directory
-// tree, keeping symlinks as symlinks.
+// tree, keeping symlinks as symlinks. Entries carry no times, owners or
+// names of users, so the same contents make the same layer; with -cache
+// DIR, an image whose layer and configuration were built before is copied
+// from DIR instead of being compressed again (DIR keeps the latest image
+// of each tag).
 package main
 
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +29,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -43,12 +51,13 @@ func main() {
 	flag.Var(&files, "file", "SRC:DST file to add (repeatable)")
 	flag.Var(&trees, "tree", "DIR:DST directory tree to add (repeatable)")
 	flag.Var(&env, "env", "KEY=VALUE environment variable (repeatable)")
+	cache := flag.String("cache", "", "directory of images built before, by content")
 	flag.Parse()
 	if *out == "" || *tag == "" {
 		fmt.Fprintln(os.Stderr, "imagebuild: -o and -tag are required")
 		os.Exit(2)
 	}
-	if err := build(*out, *tag, strings.Fields(*entry), files, trees, env); err != nil {
+	if err := build(*out, *tag, strings.Fields(*entry), files, trees, env, *cache); err != nil {
 		fmt.Fprintln(os.Stderr, "imagebuild:", err)
 		os.Exit(1)
 	}
@@ -60,12 +69,15 @@ type entry struct {
 	data []byte
 }
 
-func build(out, tag string, entrypoint, files, trees, env []string) error {
+// build writes the image tag to out: one layer of files and trees, run
+// as entrypoint with env; with cache set, from there when it holds the
+// same image.
+func build(out, tag string, entrypoint, files, trees, env []string, cache string) error {
 	ents := map[string]*entry{}
 	addDirs := func(p string) {
 		for d := path.Dir(p); d != "/" && d != "."; d = path.Dir(d) {
 			if _, ok := ents[d]; !ok {
-				ents[d] = &entry{hdr: &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755}}
+				ents[d] = &entry{hdr: &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, ModTime: time.Unix(0, 0)}}
 			}
 		}
 	}
@@ -81,6 +93,7 @@ func build(out, tag string, entrypoint, files, trees, env []string) error {
 		}
 		hdr.Name = strings.TrimPrefix(dst, "/")
 		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		hdr.ModTime, hdr.AccessTime, hdr.ChangeTime = time.Unix(0, 0), time.Time{}, time.Time{}
 		e := &entry{hdr: hdr}
 		switch {
 		case st.Mode()&fs.ModeSymlink != 0:
@@ -149,9 +162,17 @@ func build(out, tag string, entrypoint, files, trees, env []string) error {
 		return err
 	}
 	layerBytes := buf.Bytes()
+	key := imageKey(tag, entrypoint, env, layerBytes)
+	cached := ""
+	if cache != "" {
+		cached = filepath.Join(cache, strings.NewReplacer("/", "_", ":", "_").Replace(tag)+"-"+key+".tar")
+		if err := copyFile(cached, out); err == nil {
+			return nil
+		}
+	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerBytes)), nil
-	})
+	}, tarball.WithCompressionLevel(gzip.BestSpeed))
 	if err != nil {
 		return err
 	}
@@ -173,5 +194,61 @@ func build(out, tag string, entrypoint, files, trees, env []string) error {
 	if err != nil {
 		return err
 	}
-	return tarball.WriteToFile(out, ref, img)
+	if err := tarball.WriteToFile(out, ref, img); err != nil {
+		return err
+	}
+	if cached != "" {
+		keep(cached, out)
+	}
+	return nil
+}
+
+// imageKey names an image by what it holds: its tag, entrypoint,
+// environment and layer.
+func imageKey(tag string, entrypoint, env []string, layer []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q %q\n", tag, entrypoint, env)
+	h.Write(layer)
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// keep copies the image at out to cached and removes the other images of
+// its tag from the cache; a cache that cannot be written only costs the
+// next build its time.
+func keep(cached, out string) {
+	dir := filepath.Dir(cached)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	tmp := cached + ".tmp"
+	if copyFile(out, tmp) != nil || os.Rename(tmp, cached) != nil {
+		os.Remove(tmp)
+		return
+	}
+	prefix := strings.TrimSuffix(filepath.Base(cached), filepath.Ext(cached))
+	prefix = prefix[:strings.LastIndexByte(prefix, '-')+1]
+	older, _ := filepath.Glob(filepath.Join(dir, prefix+"*.tar"))
+	for _, o := range older {
+		if o != cached && len(filepath.Base(o)) == len(filepath.Base(cached)) {
+			os.Remove(o)
+		}
+	}
+}
+
+// copyFile copies the file src to dst.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	o, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(o, in); err != nil {
+		o.Close()
+		return err
+	}
+	return o.Close()
 }
