@@ -59,6 +59,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"OnDeletePolicies", (*cluster).onDeletePolicies},
 		{"VolumeAttributesClassOnDelete", (*cluster).volumeAttributesClassOnDelete},
 		{"SnapshotRestoreAndClone", (*cluster).snapshotRestoreAndClone},
+		{"RetainedSnapshotContentDeleted", (*cluster).retainedContentDeleted},
 		{"StaticVolume", (*cluster).staticVolume},
 		{"ClaimMetadataTemplates", (*cluster).claimMetadataTemplates},
 		{"MigrateFromNFSSubdir", (*cluster).migrateFromNFSSubdir},
