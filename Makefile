@@ -32,7 +32,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
+.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-all-bins k8s-kube-lane k8s-kube-bins k8s-other-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
 
 all: build
 
@@ -138,7 +138,9 @@ demo: lab-image
 	NFSDIR_LAB_BIN=$(CURDIR)/bin/lab $(LAB) bin/demo
 
 ## k8s-bins: Kubernetes $(K8S_VERSION) binaries for the end-to-end lab, built from the
-## module proxy in pinned wrapper modules (tests/k8s/bins, tests/k8s/etcd, tests/k8s/sidecars; ~8 min from an empty cache).
+## module proxy in pinned wrapper modules (tests/k8s/bins, tests/k8s/etcd, tests/k8s/sidecars):
+## the Kubernetes programs beside etcd and the sidecars (modules with dependencies of their
+## own), two builds at a time so that one compiles while the other links.
 K8S_VERSION := v1.35.4
 # The agnhost image the v1.35 storage e2e suite names (test/utils/image/manifest.go).
 E2E_AGNHOST := registry.k8s.io/e2e-test-images/agnhost:2.59
@@ -153,8 +155,18 @@ CSI_SNAPSHOTTER_VERSION := v8.7.0
 NODE_DRIVER_REGISTRAR_VERSION := v2.15.0
 LIVENESSPROBE_VERSION := v2.17.0
 k8s-bins:
-	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
-	for b in $(K8S_BINS); do $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/$$b k8s.io/kubernetes/cmd/$$b || exit 1; done
+	$(MAKE) --no-print-directory -j2 k8s-kube-bins k8s-other-bins
+# Everything the Kubernetes runs need: the Kubernetes module's programs and then its
+# e2e.test (which gets most of their packages from the build cache), beside the rest.
+k8s-all-bins:
+	$(MAKE) --no-print-directory -j2 k8s-kube-lane k8s-other-bins
+k8s-kube-lane: k8s-kube-bins
+	$(MAKE) --no-print-directory k8s-e2e-bins
+k8s-kube-bins:
+	mkdir -p bin/k8s && cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
+		$(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/ $(addprefix k8s.io/kubernetes/cmd/,$(K8S_BINS))
+k8s-other-bins:
+	mkdir -p bin/k8s
 	cd tests/k8s/etcd && grep -q 'go.etcd.io/etcd/server/v3 $(ETCD_VERSION)' go.mod && \
 		$(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/etcd go.etcd.io/etcd/server/v3
 	cd tests/k8s/sidecars/provisioner && grep -q 'external-provisioner/v5 $(CSI_PROVISIONER_VERSION)' go.mod && \
@@ -164,17 +176,18 @@ k8s-bins:
 		$(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_RESIZER_VERSION)' -o $(CURDIR)/bin/k8s/csi-resizer \
 		github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
 	cd tests/k8s/sidecars/snapshotter && grep -q 'external-snapshotter/v8 $(CSI_SNAPSHOTTER_VERSION)' go.mod && \
-		for b in csi-snapshotter snapshot-controller; do $(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_SNAPSHOTTER_VERSION)' \
-		-o $(CURDIR)/bin/k8s/$$b github.com/kubernetes-csi/external-snapshotter/v8/cmd/$$b || exit 1; done
+		$(GO) build -trimpath -ldflags '-s -w -X main.version=$(CSI_SNAPSHOTTER_VERSION)' -o $(CURDIR)/bin/k8s/ \
+		github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 
-## k8s-e2e-bins: Kubernetes' e2e.test (its storage suite runs nfsdir as an external
-## driver), the agnhost test image program and the Ginkgo CLI that runs e2e.test in
-## parallel processes, from the same pinned module (~7 min).
+## k8s-e2e-bins: Kubernetes' e2e.test with its storage suite for external drivers only
+## (tests/k8s/bins/storagee2e: the framework and test/e2e/storage/external, which runs
+## nfsdir), the agnhost test image program and the Ginkgo CLI that runs e2e.test in
+## parallel processes, from the same pinned module.
 k8s-e2e-bins:
 	cd tests/k8s/bins && grep -q 'k8s.io/kubernetes $(K8S_VERSION)' go.mod && \
 		$(GO) build -trimpath -o $(CURDIR)/bin/k8s/ginkgo github.com/onsi/ginkgo/v2/ginkgo && \
 		$(GO) build -trimpath -ldflags '-s -w' -o $(CURDIR)/bin/k8s/agnhost k8s.io/kubernetes/test/images/agnhost && \
-		$(GO) test -c -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/e2e.test k8s.io/kubernetes/test/e2e
+		$(GO) test -c -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CURDIR)/bin/k8s/e2e.test ./storagee2e
 
 ## lab-images: container images for the end-to-end lab as docker-archive tarballs
 ## (no Docker engine, no registry): nfsdir (the static binary plus the runtime
@@ -248,8 +261,8 @@ HOST_PLANE_ENV = NFSDIR_E2E_HOST_PLANE=1 NFSDIR_LAB_RUNNER=$(LAB) NFSDIR_E2E_HOS
 # so that two of them started at once (each on ports of its own) do not mix their files.
 PAYLOAD ?= bin/e2e
 e2e-payload:
-	for b in $(E2E_PLANE_BINS) kubelet csi-provisioner csi-resizer csi-snapshotter; do test -x bin/k8s/$$b || { $(MAKE) k8s-bins; break; }; done
-	for b in e2e.test agnhost ginkgo; do test -x bin/k8s/$$b || { $(MAKE) k8s-e2e-bins; break; }; done
+	for b in $(E2E_PLANE_BINS) kubelet csi-provisioner csi-resizer csi-snapshotter e2e.test agnhost ginkgo; do \
+		test -x bin/k8s/$$b || { $(MAKE) --no-print-directory k8s-all-bins; break; }; done
 	$(MAKE) lab-images
 	rm -rf $(PAYLOAD) bin/k8s/snapshot-crds && mkdir -p $(PAYLOAD)/images $(PAYLOAD)/chart bin/k8s/snapshot-crds
 	tests/k8s/fetch-runtime.sh $(PAYLOAD)

@@ -81,6 +81,11 @@ func runStage(makeCmd, target string, out io.Writer) Stage {
 	pw.Close()
 	st.Counts = <-counted
 	st.Seconds = time.Since(began).Seconds()
+	if ps := cmd.ProcessState; ps != nil {
+		// The stage's processes that were waited for, children of
+		// children included.
+		st.CPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
 	st.Result = Passed
 	if err != nil {
 		st.Result = Failed
@@ -97,11 +102,14 @@ const (
 	NotRun Result = "not run"
 )
 
-// Stage is one row of the table.
+// Stage is one row of the table: its wall time, and the processor time
+// its processes used (over the wall time: how many of the machine's
+// processors it kept busy on average).
 type Stage struct {
-	Name    string  `json:"name"`
-	Seconds float64 `json:"seconds"`
-	Result  Result  `json:"result"`
+	Name       string  `json:"name"`
+	Seconds    float64 `json:"seconds"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Result     Result  `json:"result"`
 	Counts
 }
 
@@ -127,14 +135,23 @@ func (r Run) Write(path string) error {
 // Table renders the run as a plain-text table.
 func (r Run) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-16s %8s  %-8s %s\n", "stage", "seconds", "result", "passed/failed")
+	fmt.Fprintf(&b, "\n%-16s %8s %6s  %-8s %s\n", "stage", "seconds", "cores", "result", "passed/failed")
+	var cpu float64
 	for _, s := range r.Stages {
-		secs := "-"
+		secs, cores := "-", "-"
 		if s.Result != NotRun {
 			secs = fmt.Sprintf("%.0f", s.Seconds)
+			if s.Seconds > 0 {
+				cores = fmt.Sprintf("%.2f", s.CPUSeconds/s.Seconds)
+			}
 		}
-		fmt.Fprintf(&b, "%-16s %8s  %-8s %s\n", s.Name, secs, s.Result, s.Counts)
+		cpu += s.CPUSeconds
+		fmt.Fprintf(&b, "%-16s %8s %6s  %-8s %s\n", s.Name, secs, cores, s.Result, s.Counts)
 	}
-	fmt.Fprintf(&b, "%-16s %8.0f\n", "total", r.Seconds)
+	total := "-"
+	if r.Seconds > 0 {
+		total = fmt.Sprintf("%.2f", cpu/r.Seconds)
+	}
+	fmt.Fprintf(&b, "%-16s %8.0f %6s\n", "total", r.Seconds, total)
 	return b.String()
 }

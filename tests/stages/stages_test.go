@@ -75,3 +75,20 @@ func TestStagesStopAtTheFirstFailure(t *testing.T) {
 		t.Errorf("JSON %s: %v", b, err)
 	}
 }
+
+// TestStagesCountTheirProcessorTime: the processor time of a stage's
+// processes, those its recipe started included, is the stage's.
+func TestStagesCountTheirProcessorTime(t *testing.T) {
+	dir := t.TempDir()
+	mk := filepath.Join(dir, "Makefile")
+	// A shell of the recipe runs a busy loop in a child of its own.
+	os.WriteFile(mk, []byte("busy:\n\t@sh -c 'i=0; while [ $$i -lt 300000 ]; do i=$$((i+1)); done'\n"), 0o644)
+	var sb strings.Builder
+	st := runStage("make -f "+mk, "busy", &sb)
+	if st.Result != Passed || st.CPUSeconds < 0.05 || st.CPUSeconds > 2*st.Seconds+0.1 {
+		t.Errorf("stage %+v: %.3f s of processor time in %.3f s", st, st.CPUSeconds, st.Seconds)
+	}
+	if table := (Run{Stages: []Stage{st}, Seconds: st.Seconds}).Table(); !strings.Contains(table, "cores") {
+		t.Errorf("table lacks the cores column:\n%s", table)
+	}
+}
