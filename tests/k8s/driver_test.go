@@ -859,26 +859,9 @@ func (c *cluster) snapshotRestoreAndClone() {
 	defer c.dumpDriverOnFailure()
 	c.create(claimWith("snap-src", "", "mkdir -p /data/dir && echo v1 > /data/dir/file && ln -s dir/file /data/link && sync"))
 	c.podReaches("default", "snap-src-pod", corev1.PodSucceeded, 5*time.Minute)
-	c.create(`apiVersion: snapshot.storage.k8s.io/v1
-kind: VolumeSnapshot
-metadata: {name: snap-src-1, namespace: default}
-spec: {volumeSnapshotClassName: nfsdir-snapshots, source: {persistentVolumeClaimName: snap-src}}
-`)
 	snaps := c.dyn.Resource(resources["VolumeSnapshot"]).Namespace("default")
-	var content string
-	c.waitFor("VolumeSnapshot snap-src-1 readyToUse", 5*time.Minute, func() (bool, error) {
-		s, err := snaps.Get(ctx, "snap-src-1", metav1GetOptions)
-		if err != nil {
-			return false, err
-		}
-		ready, _, _ := unstructured.NestedBool(s.Object, "status", "readyToUse")
-		content, _, _ = unstructured.NestedString(s.Object, "status", "boundVolumeSnapshotContentName")
-		return ready, fmt.Errorf("status %v", s.Object["status"])
-	}, "snapshot-controller")
-	vsc, err := c.dyn.Resource(resources["VolumeSnapshotContent"]).Get(ctx, content, metav1GetOptions)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	vsc := c.readySnapshot("snap-src-1", "snap-src")
+	content := vsc.GetName()
 	handle, _, _ := unstructured.NestedString(vsc.Object, "status", "snapshotHandle")
 	f := strings.Split(handle, "|")
 	if len(f) != 5 || f[0] != "s1" {

@@ -46,27 +46,10 @@ func (c *cluster) retainedContentDeleted() {
 	}
 	c.create(claimWith("retain-src", "", "echo kept > /data/file && sync"))
 	c.podReaches("default", "retain-src-pod", corev1.PodSucceeded, 5*time.Minute)
-	c.create(`apiVersion: snapshot.storage.k8s.io/v1
-kind: VolumeSnapshot
-metadata: {name: retain-1, namespace: default}
-spec: {volumeSnapshotClassName: nfsdir-snapshots, source: {persistentVolumeClaimName: retain-src}}
-`)
 	snaps := c.dyn.Resource(resources["VolumeSnapshot"]).Namespace("default")
 	contents := c.dyn.Resource(resources["VolumeSnapshotContent"])
-	var content string
-	c.waitFor("VolumeSnapshot retain-1 readyToUse", 5*time.Minute, func() (bool, error) {
-		s, err := snaps.Get(ctx, "retain-1", metav1GetOptions)
-		if err != nil {
-			return false, err
-		}
-		ready, _, _ := unstructured.NestedBool(s.Object, "status", "readyToUse")
-		content, _, _ = unstructured.NestedString(s.Object, "status", "boundVolumeSnapshotContentName")
-		return ready, fmt.Errorf("status %v", s.Object["status"])
-	}, "snapshot-controller")
-	vsc, err := contents.Get(ctx, content, metav1GetOptions)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	vsc := c.readySnapshot("retain-1", "retain-src")
+	content := vsc.GetName()
 	handle, _, _ := unstructured.NestedString(vsc.Object, "status", "snapshotHandle")
 	f := strings.Split(handle, "|")
 	if len(f) != 5 {
@@ -118,4 +101,33 @@ spec: {volumeSnapshotClassName: nfsdir-snapshots, source: {persistentVolumeClaim
 	}
 	c.kube.CoreV1().Pods("default").Delete(ctx, "retain-src-pod", metav1.DeleteOptions{})
 	c.stage(fmt.Sprintf("retained content deleted %.0fs after the delete call; its copy stays on the share", time.Since(deleted).Seconds()))
+}
+
+// readySnapshot takes a VolumeSnapshot name of claim (namespace default,
+// the chart's class nfsdir-snapshots), waits until it is ready to use and
+// returns its VolumeSnapshotContent.
+func (c *cluster) readySnapshot(name, claim string) *unstructured.Unstructured {
+	c.t.Helper()
+	ctx := context.Background()
+	c.create(fmt.Sprintf(`apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata: {name: %s, namespace: default}
+spec: {volumeSnapshotClassName: nfsdir-snapshots, source: {persistentVolumeClaimName: %s}}
+`, name, claim))
+	snaps := c.dyn.Resource(resources["VolumeSnapshot"]).Namespace("default")
+	var content string
+	c.waitFor("VolumeSnapshot "+name+" readyToUse", 5*time.Minute, func() (bool, error) {
+		s, err := snaps.Get(ctx, name, metav1GetOptions)
+		if err != nil {
+			return false, err
+		}
+		ready, _, _ := unstructured.NestedBool(s.Object, "status", "readyToUse")
+		content, _, _ = unstructured.NestedString(s.Object, "status", "boundVolumeSnapshotContentName")
+		return ready, fmt.Errorf("status %v", s.Object["status"])
+	}, "snapshot-controller")
+	vsc, err := c.dyn.Resource(resources["VolumeSnapshotContent"]).Get(ctx, content, metav1GetOptions)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return vsc
 }
