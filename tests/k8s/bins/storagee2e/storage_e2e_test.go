@@ -45,6 +45,12 @@ func TestMain(m *testing.M) {
 	testfiles.AddFileSource(manifests.GetE2ETestingManifestsFS())
 	testfiles.AddFileSource(fixtures.GetTestFixturesFS())
 	framework.AfterReadingAllFlags(&framework.TestContext)
+	// Files named by the driver definition (its StorageClass and
+	// VolumeAttributesClass files), by an absolute path or one below
+	// --repo-root.
+	if framework.TestContext.RepoRoot != "" {
+		testfiles.AddFileSource(testfiles.RootFileSource{Root: framework.TestContext.RepoRoot})
+	}
 	os.Exit(m.Run())
 }
 
