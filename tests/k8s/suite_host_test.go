@@ -147,6 +147,9 @@ func (c *cluster) answerSuiteRun(ctx context.Context, cm corev1.ConfigMap, bin, 
 // logs, current and previous, and the host's snapshot-controller log. It
 // writes the contents still present on progress as well.
 func (c *cluster) keepSuiteEvidence(ctx context.Context, report string, progress io.Writer) {
+	// A cluster that no longer answers does not hold the answer up.
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
 	var b strings.Builder
 	list, err := c.dyn.Resource(resources["VolumeSnapshotContent"]).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -162,10 +162,11 @@ func build(out, tag string, entrypoint, files, trees, env []string, cache string
 		return err
 	}
 	layerBytes := buf.Bytes()
-	key := imageKey(tag, entrypoint, env, layerBytes)
+	// The cache keeps one image per tag: its name, then its key.
+	tagPrefix := strings.NewReplacer("/", "_", ":", "_").Replace(tag) + "-"
 	cached := ""
 	if cache != "" {
-		cached = filepath.Join(cache, strings.NewReplacer("/", "_", ":", "_").Replace(tag)+"-"+key+".tar")
+		cached = filepath.Join(cache, tagPrefix+imageKey(tag, entrypoint, env, layerBytes)+".tar")
 		if err := copyFile(cached, out); err == nil {
 			return nil
 		}
@@ -198,7 +199,7 @@ func build(out, tag string, entrypoint, files, trees, env []string, cache string
 		return err
 	}
 	if cached != "" {
-		keep(cached, out)
+		keep(cached, tagPrefix, out)
 	}
 	return nil
 }
@@ -212,10 +213,10 @@ func imageKey(tag string, entrypoint, env []string, layer []byte) string {
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
-// keep copies the image at out to cached and removes the other images of
-// its tag from the cache; a cache that cannot be written only costs the
-// next build its time.
-func keep(cached, out string) {
+// keep copies the image at out to cached and removes the cache's other
+// images of its tag (named tagPrefix and a key); a cache that cannot be
+// written only costs the next build its time.
+func keep(cached, tagPrefix, out string) {
 	dir := filepath.Dir(cached)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return
@@ -225,12 +226,11 @@ func keep(cached, out string) {
 		os.Remove(tmp)
 		return
 	}
-	prefix := strings.TrimSuffix(filepath.Base(cached), filepath.Ext(cached))
-	prefix = prefix[:strings.LastIndexByte(prefix, '-')+1]
-	older, _ := filepath.Glob(filepath.Join(dir, prefix+"*.tar"))
-	for _, o := range older {
-		if o != cached && len(filepath.Base(o)) == len(filepath.Base(cached)) {
-			os.Remove(o)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		key, ok := strings.CutPrefix(e.Name(), tagPrefix)
+		if ok && e.Name() != filepath.Base(cached) && len(key) == len(filepath.Base(cached))-len(tagPrefix) {
+			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 }
