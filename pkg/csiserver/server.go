@@ -31,6 +31,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 	"github.com/nfsdir/nfsdir/pkg/treecopy"
+	"github.com/nfsdir/nfsdir/pkg/usage"
 )
 
 // shutdownGrace bounds everything Serve does once asked to stop: finishing
@@ -67,7 +68,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
 		var pool *serveragent.Pool
-		acct := shares.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}
+		acct := usage.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}
 		copying := shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}
 		if cfg.QuotaCert != "" || cfg.QuotaKey != "" || cfg.QuotaCA != "" {
 			var err error

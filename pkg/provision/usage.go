@@ -1,7 +1,6 @@
 package provision
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -50,10 +49,11 @@ type Figures struct{ a *Area }
 // Figures returns the area's usage figures.
 func (a *Area) Figures() Figures { return Figures{a} }
 
-// dir returns the open usage directory, opening it (and with create,
-// making it) the first time.
-func (fg Figures) dir(create bool) (*os.Root, error) {
-	return fg.a.lazyMetaDir(usageName, &fg.a.usage, create)
+// dir returns the store of figures in the usage directory, opening the
+// directory (and with create, making it) the first time.
+func (fg Figures) dir(create bool) (usage.Figures, error) {
+	r, err := fg.a.lazyMetaDir(usageName, &fg.a.usage, create)
+	return usage.Figures{Dir: r, Name: path.Join(safepath.MetaDir, usageName)}, err
 }
 
 // lazyMetaDir returns the metadata directory name kept in *slot, opening
@@ -186,81 +186,14 @@ func (in Inventory) Record(key string) (*Record, error) {
 	return rec, err
 }
 
-// Count counts, with w, what the directory of rec (the record under key,
-// read by the caller; nil: none) uses, and stores the figure. counted is
-// false (and nothing is stored) for no record, a shared volume's record
-// (its shared directory's stands for it), a record not yet sealed, or a
-// directory that is missing or not the one recorded.
-func (fg Figures) Count(ctx context.Context, key string, rec *Record, w usage.Walker) (fig capacity.Figure, counted bool, err error) {
-	if rec == nil || rec.Shared || rec.FileID == 0 {
-		return fig, false, nil
-	}
-	fd, err := fg.a.openVolumeDir(rec)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fig, false, nil
-		}
-		return fig, false, err
-	}
-	defer unix.Close(fd)
-	res, err := w.Count(ctx, fd)
-	if err != nil {
-		return fig, false, fmt.Errorf("count %q: %w", rec.SubDir, err)
-	}
-	fig, err = fg.Store(key, rec, res)
-	return fig, err == nil, err
-}
-
-// Store stores res as the figure of rec, the record under key, as
-// counted now: by Count's walk, or by the server's own accounting (a
-// quota agent, which checks the directory is rec's itself).
-func (fg Figures) Store(key string, rec *Record, res usage.Result) (capacity.Figure, error) {
-	fig := capacity.Figure{Token: rec.Token, Bytes: res.Bytes, Inodes: res.Inodes, Counted: time.Now().UTC(), Took: res.Took}
-	return fig, fg.store(key, fig)
-}
-
-// openVolumeDir opens rec's directory without following any symlink and
-// checks it is the directory sealed into rec.
-func (a *Area) openVolumeDir(rec *Record) (int, error) {
-	f, err := a.seals().openDir(rec.SubDir)
-	if err != nil {
-		return -1, err
-	}
-	st, err := f.Stat()
-	if err == nil {
-		err = a.seals().checkSealed(rec, st)
-	}
-	if err != nil {
-		f.Close()
-		return -1, err
-	}
-	nfd, err := unix.Dup(int(f.Fd()))
-	f.Close()
-	return nfd, err
-}
-
-// store replaces the figure under key atomically: written under a
-// temporary name, renamed over the old one.
+// store replaces the figure under key.
 func (fg Figures) store(key string, fig capacity.Figure) error {
 	dir, err := fg.dir(true)
 	if err != nil {
 		return err
 	}
-	text, err := fig.Encode()
-	if err != nil {
-		return err
-	}
-	tmp := key + ".new." + volumeid.NewToken()
-	if err := dir.Symlink(text, tmp); err != nil {
-		var le *os.LinkError // its message would repeat the figure's text
-		if errors.As(err, &le) {
-			err = le.Err
-		}
-		return onShare(err, "write usage figure %s", path.Join(safepath.MetaDir, usageName, tmp))
-	}
-	if err := dir.Rename(tmp, key); err != nil {
-		dir.Remove(tmp)
-		return onShare(err, "store usage figure %s", path.Join(safepath.MetaDir, usageName, key))
+	if err := dir.Store(key, fig); err != nil {
+		return onShare(err, "usage of record %s", key)
 	}
 	return nil
 }
@@ -281,7 +214,7 @@ func (fg Figures) Of(rec *Record) (fig capacity.Figure, ok bool, err error) {
 // readFigure reads the figure standing for rec from the usage directory,
 // and checks it is one counted for rec's directory (or, for a shared
 // volume, for its shared directory as recorded now).
-func readFigure(volumes recordDir, dir *os.Root, rec *Record) (fig capacity.Figure, ok bool, err error) {
+func readFigure(volumes recordDir, dir usage.Figures, rec *Record) (fig capacity.Figure, ok bool, err error) {
 	key, token := figureKey(rec), rec.Token
 	if rec.Shared {
 		sd, err := readRecord(volumes, key)
@@ -290,46 +223,19 @@ func readFigure(volumes recordDir, dir *os.Root, rec *Record) (fig capacity.Figu
 		}
 		token = sd.Token
 	}
-	text, err := dir.Readlink(key)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fig, false, nil
-	}
+	fig, ok, err = dir.Read(key, token)
 	if err != nil {
-		return fig, false, onShare(err, "read usage figure %s", path.Join(safepath.MetaDir, usageName, key))
+		return fig, false, onShare(err, "usage of %q", rec.SubDir)
 	}
-	fig, err = capacity.Decode(text)
-	if err != nil {
-		return fig, false, fmt.Errorf("%s: %w", path.Join(safepath.MetaDir, usageName, key), err)
-	}
-	return fig, fig.Token == token, nil
+	return fig, ok, nil
 }
 
 // Drop removes the figures, and temporary figures older than a
 // minute, whose key holds no record among keys (sorted): left by deleted
 // volumes, or by a count interrupted midway.
 func (fg Figures) Drop(keys []string) {
-	dir, err := fg.dir(false)
-	if err != nil {
-		return
-	}
-	names, err := listNames(dir)
-	if err != nil {
-		klog.Warningf("list %s: %v", path.Join(safepath.MetaDir, usageName), err)
-		return
-	}
-	for _, n := range names {
-		key, _, temp := strings.Cut(n, ".")
-		if _, found := slices.BinarySearch(keys, key); found && !temp {
-			continue
-		}
-		if temp {
-			if st, err := dir.Lstat(n); err != nil || time.Since(st.ModTime()) < time.Minute {
-				continue
-			}
-		}
-		if err := dir.Remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			klog.Warningf("remove stale usage figure %s: %v", path.Join(safepath.MetaDir, usageName, n), err)
-		}
+	if dir, err := fg.dir(false); err == nil {
+		dir.DropStale(keys)
 	}
 }
 
@@ -337,29 +243,14 @@ func (fg Figures) Drop(keys []string) {
 // a usage directory to hold one): dropFigure would find nothing to drop.
 func (fg Figures) absent(key string) bool {
 	dir, err := fg.dir(false)
-	if err != nil {
-		return true
-	}
-	_, err = dir.Lstat(key)
-	return errors.Is(err, fs.ErrNotExist)
+	return err != nil || !dir.Has(key)
 }
 
 // drop removes the figure of the deleted volume (key, token), and
 // not one counted since for a later volume of the same directory.
 func (fg Figures) drop(key, token string) {
-	dir, err := fg.dir(false)
-	if err != nil {
-		return
-	}
-	text, err := dir.Readlink(key)
-	if err != nil {
-		return
-	}
-	if fig, err := capacity.Decode(text); err == nil && fig.Token != token {
-		return
-	}
-	if err := dir.Remove(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		klog.Warningf("remove usage figure %s: %v (removed by the next count)", path.Join(safepath.MetaDir, usageName, key), err)
+	if dir, err := fg.dir(false); err == nil {
+		dir.Drop(key, token)
 	}
 }
 
@@ -439,7 +330,7 @@ func (v *View) Figure(rec *Record) (capacity.Figure, bool, error) {
 	if v.usage == nil {
 		return capacity.Figure{}, false, nil
 	}
-	return readFigure(recordDir{Root: v.volumes}, v.usage, rec)
+	return readFigure(recordDir{Root: v.volumes}, usage.Figures{Dir: v.usage, Name: path.Join(safepath.MetaDir, usageName)}, rec)
 }
 
 // Close releases the View's handles.

@@ -117,10 +117,11 @@ func TestCountRefusesAReplacedDirectory(t *testing.T) {
 // countKey reads the record under key and counts it, as the accountant
 // does.
 func countKey(ctx context.Context, a *Area, key string) (*Record, capacity.Figure, bool, error) {
-	rec, err := a.Inventory().Record(key)
+	v, _, err := a.Book().Volume(key)
 	if err != nil {
 		return nil, capacity.Figure{}, false, err
 	}
-	fig, counted, err := a.Figures().Count(ctx, key, rec, usage.DefaultWalker)
+	rec, _ := v.Ref.(*Record)
+	fig, counted, err := a.Book().Count(ctx, v, usage.DefaultWalker)
 	return rec, fig, counted, err
 }

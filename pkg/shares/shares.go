@@ -24,6 +24,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/sharemount"
+	"github.com/nfsdir/nfsdir/pkg/usage"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
 )
 
@@ -34,7 +35,7 @@ type Share = sharemount.Share
 type Set struct {
 	mounts *sharemount.Manager
 	purger *provision.Purger // nil: no purges (adopt)
-	acct   *accountant       // nil: no usage counts (adopt, nodes)
+	acct   *usage.Accountant // nil: no usage counts (adopt, nodes)
 	copies *copies
 	bg     context.Context // ends when purges and counts stop
 	stop   context.CancelFunc
@@ -66,7 +67,7 @@ type Config struct {
 	PurgeWorkers int
 	// Accounting configures the usage counts; its zero value counts
 	// nothing.
-	Accounting Accounting
+	Accounting usage.Accounting
 	// Copying configures the copies of snapshots, restores and clones.
 	Copying Copying
 	// AbandonAfter is how long a volume made from a snapshot or volume
@@ -95,11 +96,11 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 		}()
 	}
 	if cfg.Accounting.Every > 0 {
-		s.acct = newAccountant(cfg.Accounting)
+		s.acct = usage.NewAccountant(cfg.Accounting)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.account(s.bg)
+			s.acct.Run(s.bg, s.shelves)
 		}()
 	}
 	return s, nil
@@ -374,11 +375,22 @@ type Stats struct {
 }
 
 // Accounting returns the usage accountant's figures; zero without one.
-func (s *Set) Accounting() AccountingStats {
+func (s *Set) Accounting() usage.Stats {
 	if s.acct == nil {
-		return AccountingStats{}
+		return usage.Stats{}
 	}
-	return s.acct.stats()
+	return s.acct.Stats()
+}
+
+// shelves returns every share with an open Area, for the accountant.
+func (s *Set) shelves() []usage.Shelf {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]usage.Shelf, 0, len(s.areas))
+	for _, oa := range s.areas {
+		out = append(out, usage.Shelf{Share: oa.share.Export.Share, Name: oa.share.Export.String(), Book: oa.area.Book()})
+	}
+	return out
 }
 
 // Stats returns the Set's current figures.

@@ -28,7 +28,7 @@ func setupAccounting(t *testing.T, workers int) (*Set, *nfsmounttest.Fake, expor
 	e, _ := export.New("nfs.example", "/export")
 	os.MkdirAll(f.ExportDir(e.Server, e.Share), 0o755)
 	s, err := New(Config{StateDir: filepath.Join(t.TempDir(), "state"), MountTimeout: time.Minute,
-		Accounting: Accounting{Every: 200 * time.Millisecond, Workers: workers}}, f)
+		Accounting: usage.Accounting{Every: 200 * time.Millisecond, Workers: workers}}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,39 +78,6 @@ func TestAccountantCountsAndReportsOverCapacity(t *testing.T) {
 	s.Close(ctx)
 }
 
-// TestPassesSettleInterruptedRemovals: a record a removal left aside (a
-// creation that dropped its own record and was cut) is settled by the
-// accountant's next pass once old enough.
-func TestPassesSettleInterruptedRemovals(t *testing.T) {
-	defer func(d time.Duration) { settleAfter = d }(settleAfter)
-	settleAfter = 0
-	s, f, e := setupAccounting(t, 1)
-	defer s.Close(context.Background())
-	defer s.StopPurges()
-	ctx := context.Background()
-	var rec *provision.Record
-	err := s.On(ctx, e, mountopts.Options{"nfsvers=4.1"}, true, func(a *provision.Area, _ *Share) (err error) {
-		rec, err = a.Create(ctx, provision.Request{Name: "pvc-cut", SubDir: "pvc-cut", OnDelete: params.Delete, Mode: 0o770, UID: -1, GID: -1})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vols := filepath.Join(f.ExportDir(e.Server, e.Share), ".nfsdir/volumes")
-	aside := filepath.Join(vols, rec.Key()+".del."+rec.Token)
-	if err := os.Rename(filepath.Join(vols, rec.Key()), aside); err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Lstat(aside); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("no pass settled the record left aside")
-		}
-	}
-}
-
 // fakeServer answers usage questions as a quota agent would, or fails.
 type fakeServer struct {
 	mu    sync.Mutex
@@ -144,7 +111,7 @@ func TestUsageOfQuotaVolumesComesFromTheirAgent(t *testing.T) {
 	e, _ := export.New("nfs.example", "/export")
 	os.MkdirAll(f.ExportDir(e.Server, e.Share), 0o755)
 	s, err := New(Config{StateDir: filepath.Join(t.TempDir(), "state"), MountTimeout: time.Minute,
-		Accounting: Accounting{Every: 200 * time.Millisecond, Workers: 2, Server: srv}}, f)
+		Accounting: usage.Accounting{Every: 200 * time.Millisecond, Workers: 2, Server: srv}}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
