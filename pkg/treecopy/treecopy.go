@@ -15,8 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -55,9 +53,7 @@ type Copier struct {
 
 // Limiter paces a copy: Wait returns when the copy may look at n more
 // entries, or with ctx's error. usage.Rate is one.
-type Limiter interface {
-	Wait(ctx context.Context, n int) error
-}
+type Limiter = treewalk.Limiter
 
 // Progress is how far a copy has come: entries looked at and bytes of
 // file data copied so far.
@@ -105,17 +101,16 @@ type Result struct {
 	Took                         time.Duration
 }
 
-// pair is a directory of the source and its copy, on the copy's path from
-// the roots.
+// pair is the copy's side of a directory of the source on the walk's
+// path: the copy's directory and what the copy keeps for it.
 type pair struct {
-	src, dst *os.File // nil: let go, reopened through the child's ".."
-	st       unix.Stat_t
-	node     *node         // the copy's directory, by name from the roots
-	changed  unix.Timespec // the source's ctime when it was let go
-	consumed int           // entries of it looked at so far
-	pending  []fs.DirEntry // entries read and not yet looked at (only while open)
-	files    sync.WaitGroup
+	dst   *os.File // nil: let go, reopened through the child's ".."
+	node  *node    // the copy's directory, by name from the roots
+	files sync.WaitGroup
 }
+
+// dir is a directory of the source on the walk's path, with its pair.
+type dir = treewalk.Dir[*pair]
 
 type copyRun struct {
 	c       Copier
@@ -129,6 +124,7 @@ type copyRun struct {
 	jobs        chan job
 	errMu       sync.Mutex
 	err         error
+	rootAttrs   bool // the copy's root gets the source root's attributes
 }
 
 // job is a regular file to copy: both ends open, the source's status.
@@ -207,75 +203,23 @@ func (r *copyRun) walk(ctx context.Context, srcfd, dstfd int, rootAttrs bool) er
 	if err != nil {
 		return err
 	}
-	stack := []*pair{root}
-	open := 1
-	r.res.MaxOpen = 1
-	defer func() {
-		for _, p := range stack {
-			p.files.Wait()
-			if p.src != nil {
-				p.src.Close()
-				p.dst.Close()
-			}
+	r.rootAttrs = rootAttrs
+	st, err := treewalk.Walk(ctx, treewalk.Walker{MaxOpen: r.c.MaxOpen, Batch: r.c.Batch, Limit: r.c.Limit, Unchanged: true}, root, r)
+	r.res.MaxOpen, r.res.Reopened = st.MaxOpen, st.Reopened
+	switch {
+	case errors.Is(err, treewalk.ErrMoved):
+		return ErrChanged
+	case err != nil && ctx.Err() != nil:
+		if e := r.firstErr(); e != nil {
+			return e
 		}
-	}()
-	batch := max(r.c.Batch, 1)
-	for len(stack) > 0 {
-		if err := ctx.Err(); err != nil {
-			if e := r.firstErr(); e != nil {
-				return e
-			}
-			return err
-		}
-		top := stack[len(stack)-1]
-		if len(top.pending) == 0 {
-			ents, err := top.src.ReadDir(batch)
-			if len(ents) == 0 {
-				if err != nil && !errors.Is(err, io.EOF) {
-					return fmt.Errorf("read directory %q: %w", top.node.path(""), err)
-				}
-				var opened int
-				stack, opened, err = r.leave(stack, rootAttrs, batch)
-				if err != nil {
-					return err
-				}
-				open += opened
-				continue
-			}
-			top.pending = ents
-		}
-		e := top.pending[0]
-		top.pending = top.pending[1:]
-		top.consumed++
-		if r.c.Limit != nil {
-			if err := r.c.Limit.Wait(ctx, 1); err != nil {
-				return err
-			}
-		}
-		if r.c.Progress != nil {
-			r.c.Progress.Entries.Add(1)
-		}
-		child, err := r.entry(top, e.Name())
-		if err != nil {
-			return err
-		}
-		if child == nil {
-			continue
-		}
-		if open >= max(r.c.MaxOpen, 2) {
-			letGo(stack)
-			open--
-		}
-		stack = append(stack, child)
-		open++
-		r.res.MaxOpen = max(r.res.MaxOpen, open)
 	}
-	return nil
+	return err
 }
 
 // openRoot opens the source and destination directories of a copy as
-// the walk's first pair.
-func openRoot(srcfd, dstfd int) (*pair, error) {
+// the walk's root.
+func openRoot(srcfd, dstfd int) (*dir, error) {
 	src, err := treewalk.OpenDir(srcfd, ".")
 	if err != nil {
 		return nil, err
@@ -285,53 +229,66 @@ func openRoot(srcfd, dstfd int) (*pair, error) {
 		src.Close()
 		return nil, err
 	}
-	root := &pair{src: src, dst: dst, node: &node{}}
-	root.node.at = root
-	if err := unix.Fstat(int(src.Fd()), &root.st); err != nil {
+	p := &pair{dst: dst, node: &node{}}
+	root, err := treewalk.NewDir(src, ".", p)
+	if err != nil {
 		src.Close()
 		dst.Close()
 		return nil, err
 	}
+	p.node.at = p
 	return root, nil
 }
 
-// leave is the walk done with the directory on top of stack: its files
-// finish, then it gets its attributes (which making entries in it would
-// change), and it is closed, its parent opened again first if the walk let
-// it go. It returns the stack without it and the change in the count of
-// open directories.
-func (r *copyRun) leave(stack []*pair, rootAttrs bool, batch int) ([]*pair, int, error) {
-	top := stack[len(stack)-1]
-	top.files.Wait()
-	if len(stack) > 1 || rootAttrs {
-		if err := r.setAttrs(int(top.src.Fd()), int(top.dst.Fd()), &top.st); err != nil {
-			return stack, 0, fmt.Errorf("directory %q: %w", top.node.path(""), err)
+// Leave is the walk done with the directory d: its files finish, then its
+// copy gets its attributes (which making entries in it would change).
+func (r *copyRun) Leave(d *dir, depth int) error {
+	d.Data.files.Wait()
+	if depth > 0 || r.rootAttrs {
+		if err := r.setAttrs(int(d.File.Fd()), int(d.Data.dst.Fd()), &d.Stat); err != nil {
+			return fmt.Errorf("directory %q: %w", d.Data.node.path(""), err)
 		}
 	}
-	stack = stack[:len(stack)-1]
-	top.node.at = nil
-	opened := 0
-	if len(stack) > 0 {
-		if parent := stack[len(stack)-1]; parent.src == nil {
-			if err := r.reopen(top, parent, batch); err != nil {
-				top.src.Close()
-				top.dst.Close()
-				return stack, 0, err
-			}
-			r.res.Reopened++
-			opened++
-		}
+	d.Data.node.at = nil
+	return nil
+}
+
+// LetGo closes the copy's directory of d, which the walk lets go; its
+// files in flight need no reference to it.
+func (r *copyRun) LetGo(d *dir) {
+	d.Data.dst.Close()
+	d.Data.dst = nil
+}
+
+// Reopen opens the copy's directory of d again, as the copy of child's
+// "..".
+func (r *copyRun) Reopen(child, d *dir) error {
+	dst, err := treewalk.OpenDir(int(child.Data.dst.Fd()), "..")
+	if err != nil {
+		return fmt.Errorf("reopen a directory of the copy: %w", err)
 	}
-	top.src.Close()
-	top.dst.Close()
-	return stack, opened - 1, nil
+	d.Data.dst = dst
+	return nil
+}
+
+// Close waits for the files of d in flight and closes its copy.
+func (r *copyRun) Close(d *dir) {
+	d.Data.files.Wait()
+	if d.Data.dst != nil {
+		d.Data.dst.Close()
+		d.Data.dst = nil
+	}
 }
 
 // entry copies the entry name of the directory top: a directory is made
 // and returned to descend into; anything else is copied (a regular file
 // by a worker) and nil returned.
-func (r *copyRun) entry(top *pair, name string) (*pair, error) {
-	sfd, dfd := int(top.src.Fd()), int(top.dst.Fd())
+func (r *copyRun) Entry(d *dir, name string) (*dir, error) {
+	if r.c.Progress != nil {
+		r.c.Progress.Entries.Add(1)
+	}
+	top := d.Data
+	sfd, dfd := int(d.File.Fd()), int(top.dst.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -339,7 +296,7 @@ func (r *copyRun) entry(top *pair, name string) (*pair, error) {
 		}
 		return nil, fmt.Errorf("%q: %w", top.node.path(name), err)
 	}
-	if st.Dev != top.st.Dev {
+	if st.Dev != d.Stat.Dev {
 		r.res.Skipped++ // another file system mounted inside
 		return nil, nil
 	}
@@ -351,7 +308,7 @@ func (r *copyRun) entry(top *pair, name string) (*pair, error) {
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		return r.dir(top, name, &st)
+		return r.dir(d, name, &st)
 	case unix.S_IFLNK:
 		target, err := readlinkAt(sfd, name, st.Size)
 		if errors.Is(err, unix.ENOENT) {
@@ -374,24 +331,26 @@ func (r *copyRun) entry(top *pair, name string) (*pair, error) {
 		r.res.FIFOs++
 		return nil, wrap(err)
 	case unix.S_IFREG:
-		return nil, wrap(r.regular(top, name, &st))
+		return nil, wrap(r.regular(d, name, &st))
 	default:
 		r.res.Skipped++ // sockets and device nodes are not data
 		return nil, nil
 	}
 }
 
-// dir makes the copy of the source directory name of top and opens both.
-func (r *copyRun) dir(top *pair, name string, st *unix.Stat_t) (*pair, error) {
-	src, err := treewalk.OpenDir(int(top.src.Fd()), name)
+// dir makes the copy of the source directory name of d and opens both.
+func (r *copyRun) dir(d *dir, name string, st *unix.Stat_t) (*dir, error) {
+	top := d.Data
+	src, err := treewalk.OpenDir(int(d.File.Fd()), name)
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
 		return nil, nil // replaced since the stat
 	case err != nil:
 		return nil, fmt.Errorf("open directory %q: %w", top.node.path(name), err)
 	}
-	var now unix.Stat_t
-	if err := unix.Fstat(int(src.Fd()), &now); err != nil || now.Ino != st.Ino || now.Dev != st.Dev {
+	p := &pair{node: &node{parent: top.node, name: name}}
+	child, err := treewalk.NewDir(src, name, p)
+	if err != nil || child.Stat.Ino != st.Ino || child.Stat.Dev != st.Dev {
 		src.Close()
 		return nil, nil // replaced since the stat
 	}
@@ -400,20 +359,19 @@ func (r *copyRun) dir(top *pair, name string, st *unix.Stat_t) (*pair, error) {
 		src.Close()
 		return nil, fmt.Errorf("make directory %q: %w", top.node.path(name), err)
 	}
-	dst, err := treewalk.OpenDir(int(top.dst.Fd()), name)
-	if err != nil {
+	if p.dst, err = treewalk.OpenDir(int(top.dst.Fd()), name); err != nil {
 		src.Close()
 		return nil, fmt.Errorf("open the copy of %q: %w", top.node.path(name), err)
 	}
 	r.res.Dirs++
-	p := &pair{src: src, dst: dst, st: now, node: &node{parent: top.node, name: name}}
 	p.node.at = p
-	return p, nil
+	return child, nil
 }
 
 // regular copies the regular file name of top: as a hard link when it is
 // another name of a file already copied, else by a worker.
-func (r *copyRun) regular(top *pair, name string, st *unix.Stat_t) error {
+func (r *copyRun) regular(d *dir, name string, st *unix.Stat_t) error {
+	top := d.Data
 	key := [2]uint64{st.Dev, st.Ino}
 	if st.Nlink > 1 {
 		if l := r.links.m[key]; l != nil {
@@ -427,7 +385,7 @@ func (r *copyRun) regular(top *pair, name string, st *unix.Stat_t) error {
 	}
 	// O_NONBLOCK: should it have become a FIFO since the stat, opening it
 	// does not wait for a writer (and the type check below refuses it).
-	fd, err := unix.Openat(int(top.src.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	fd, err := unix.Openat(int(d.File.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) {
 		return nil // removed or replaced since the stat
 	}
@@ -471,45 +429,4 @@ func readlinkAt(dirfd int, name string, size int64) (string, error) {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-}
-
-// letGo closes the open directory pair nearest the roots (the roots
-// excepted), with the entries it had read and not looked at, noting the
-// source's ctime; its files in flight need no reference to it.
-func letGo(stack []*pair) {
-	for _, p := range stack[1:] {
-		if p.src != nil {
-			var st unix.Stat_t
-			if unix.Fstat(int(p.src.Fd()), &st) == nil {
-				p.changed = st.Ctim
-			}
-			p.src.Close()
-			p.dst.Close()
-			p.src, p.dst, p.pending = nil, nil, nil
-			return
-		}
-	}
-}
-
-// reopen opens parent again as child's "..", in the source and in the
-// copy, checks the source's is the directory the copy let go, and skips
-// the entries already looked at.
-func (r *copyRun) reopen(child, parent *pair, batch int) error {
-	// Another directory there, or entries added or removed since it was
-	// let go: the entries to skip are not those looked at.
-	src, err := treewalk.Reopen(int(child.src.Fd()), treewalk.Was{Dev: uint64(parent.st.Dev), Ino: parent.st.Ino, Changed: &parent.changed},
-		parent.consumed, batch)
-	if errors.Is(err, treewalk.ErrMoved) {
-		return ErrChanged
-	}
-	if err != nil {
-		return err
-	}
-	dst, err := treewalk.OpenDir(int(child.dst.Fd()), "..")
-	if err != nil {
-		src.Close()
-		return fmt.Errorf("reopen a directory of the copy: %w", err)
-	}
-	parent.src, parent.dst = src, dst
-	return nil
 }

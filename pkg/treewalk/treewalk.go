@@ -1,10 +1,19 @@
-// Package treewalk holds what nfsdir's bounded tree walks (the copy
-// engine's and the usage count's) share to hold a fixed number of
-// directories open whatever a tree's depth: a walk lets go of the open
-// directory nearest the root when it reaches its bound, and later opens it
-// again through its child's "..", checking that it is the same directory
-// and skipping the entries it had already read. Nothing here follows a
-// symlink.
+// Package treewalk is nfsdir's one bounded tree walker (Walk), used by
+// the usage count and the copy engine as visitors: depth first, never
+// following a symlink, holding a fixed number of directories open and of
+// entries in memory whatever a tree's depth or width, paced, and
+// cancellable between entries. A walk lets go of the open directory
+// nearest the root when it reaches its bound, and later opens it again
+// through its child's "..", checking that it is the same directory and
+// skipping the entries it had already looked at.
+//
+// The purge (provision.Purger) shares OpenDir's rule and the hostile
+// shapes of treeshapes, not Walk: it removes what it walks, so a
+// directory found again has lost the entries it looked at and changed
+// (skipping by count and checking its ctime both fail); it bounds its
+// descriptors by moving deep directories up to the top of the trash entry
+// instead, and removes sibling directories in concurrent branches, which
+// a server on the network rewards.
 package treewalk
 
 import (

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"sync"
 	"time"
@@ -24,9 +22,7 @@ import (
 
 // Limiter paces a walk: Wait returns when the walk may look at n more
 // entries, or with ctx's error.
-type Limiter interface {
-	Wait(ctx context.Context, n int) error
-}
+type Limiter = treewalk.Limiter
 
 // Walker counts trees. Its zero value is not usable: set MaxOpen.
 type Walker struct {
@@ -48,14 +44,6 @@ var DefaultWalker = Walker{MaxOpen: 32, Batch: 256}
 // the count is abandoned, and a later walk tries again.
 var ErrChanged = errors.New("the tree changed under the count")
 
-// frame is a directory on the walk's path from the root.
-type frame struct {
-	f        *os.File // nil: let go, reopened through the child's ".."
-	dev, ino uint64
-	consumed int           // entries of it counted so far
-	pending  []fs.DirEntry // entries read and not yet counted (only while open)
-}
-
 // Result is what a walk found, and what it cost.
 type Result struct {
 	Bytes, Inodes int64
@@ -70,105 +58,43 @@ type Result struct {
 func (w Walker) Count(ctx context.Context, dirfd int) (Result, error) {
 	start := time.Now()
 	var res Result
-	var tally capacity.Tally
 	// A description of its own: a dup would share the caller's offset.
 	rootFd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return res, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(rootFd, &st); err != nil {
-		unix.Close(rootFd)
+	f := os.NewFile(uintptr(rootFd), ".")
+	root, err := treewalk.NewDir(f, ".", struct{}{})
+	if err != nil {
+		f.Close()
 		return res, err
 	}
-	tally.Add(true, st.Blocks*512, uint64(st.Nlink))
-	stack := []*frame{{f: os.NewFile(uintptr(rootFd), "."), dev: uint64(st.Dev), ino: st.Ino}}
-	open := 1
-	res.MaxOpen = 1
-	defer func() {
-		for _, fr := range stack {
-			if fr.f != nil {
-				fr.f.Close()
-			}
-		}
-	}()
-	batch := max(w.Batch, 1)
-	for len(stack) > 0 {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		top := stack[len(stack)-1]
-		if len(top.pending) == 0 {
-			ents, err := top.f.ReadDir(batch)
-			if len(ents) == 0 {
-				if err != nil && !errors.Is(err, io.EOF) {
-					return res, fmt.Errorf("read a directory: %w", err)
-				}
-				// Done with top: go back to its parent, reopening it
-				// through ".." when it was let go.
-				stack = stack[:len(stack)-1]
-				opened, err := w.back(top, stack, batch, &res)
-				if err != nil {
-					return res, err
-				}
-				open += opened
-				continue
-			}
-			top.pending = ents
-		}
-		e := top.pending[0]
-		top.pending = top.pending[1:]
-		top.consumed++
-		if w.Limit != nil {
-			if err := w.Limit.Wait(ctx, 1); err != nil {
-				return res, err
-			}
-		}
-		res.Entries++
-		child, err := tallyEntry(top, e.Name(), &tally)
-		if err != nil {
-			return res, err
-		}
-		if child == nil {
-			continue
-		}
-		if open >= max(w.MaxOpen, 2) {
-			letGo(stack)
-			open--
-		}
-		stack = append(stack, child)
-		open++
-		res.MaxOpen = max(res.MaxOpen, open)
+	t := &tally{}
+	t.add(true, &root.Stat)
+	wk := treewalk.Walker{MaxOpen: w.MaxOpen, Batch: w.Batch, Limit: w.Limit}
+	st, err := treewalk.Walk(ctx, wk, root, t)
+	res.Entries, res.Reopened, res.MaxOpen = st.Entries, st.Reopened, st.MaxOpen
+	if errors.Is(err, treewalk.ErrMoved) {
+		err = ErrChanged
 	}
-	res.Bytes, res.Inodes = tally.Count()
+	if err != nil {
+		return res, err
+	}
+	res.Bytes, res.Inodes = t.Count()
 	res.Took = time.Since(start)
 	return res, nil
 }
 
-// back closes top, done with, after opening its parent (the last of
-// stack) again through ".." when the walk let it go (counted in res). It
-// returns the change in the count of open directories.
-func (w Walker) back(top *frame, stack []*frame, batch int, res *Result) (int, error) {
-	opened := 0
-	if len(stack) > 0 {
-		if parent := stack[len(stack)-1]; parent.f == nil {
-			if err := w.reopen(top.f, parent, batch); err != nil {
-				top.f.Close()
-				return 0, err
-			}
-			res.Reopened++
-			opened++
-		}
-	}
-	top.f.Close()
-	return opened - 1, nil
-}
+// tally is the count's visitor: it adds up what every entry uses.
+type tally struct{ capacity.Tally }
 
-// tallyEntry tallies the entry name of the directory top and returns the
-// directory to descend into when it is one of the volume's (nil for
-// anything else, or for an entry removed or replaced since the listing).
-func tallyEntry(top *frame, name string, tally *capacity.Tally) (*frame, error) {
-	fd := int(top.f.Fd())
+func (t *tally) add(dir bool, st *unix.Stat_t) { t.Add(dir, st.Blocks*512, uint64(st.Nlink)) }
+
+// Entry tallies the entry name of d and returns the directory to descend
+// into when it is one of the volume's (nil for anything else, or for an
+// entry removed or replaced since the listing).
+func (t *tally) Entry(d *treewalk.Dir[struct{}], name string) (*treewalk.Dir[struct{}], error) {
+	fd := int(d.File.Fd())
 	var est unix.Stat_t
 	if err := unix.Fstatat(fd, name, &est, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -176,17 +102,17 @@ func tallyEntry(top *frame, name string, tally *capacity.Tally) (*frame, error) 
 		}
 		return nil, fmt.Errorf("stat an entry: %w", err)
 	}
-	isDir := est.Mode&unix.S_IFMT == unix.S_IFDIR
-	if !isDir || uint64(est.Dev) != top.dev {
+	if est.Dev != d.Stat.Dev {
 		// Another file system mounted inside (a server-side mount
 		// crossed by the client) is not the volume's.
-		if uint64(est.Dev) == top.dev {
-			tally.Add(false, est.Blocks*512, uint64(est.Nlink))
-		}
 		return nil, nil
 	}
-	tally.Add(true, est.Blocks*512, uint64(est.Nlink))
-	cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	isDir := est.Mode&unix.S_IFMT == unix.S_IFDIR
+	t.add(isDir, &est)
+	if !isDir {
+		return nil, nil
+	}
+	f, err := treewalk.OpenDir(fd, name)
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
 		return nil, nil // replaced since the stat: counted as it was
@@ -195,39 +121,19 @@ func tallyEntry(top *frame, name string, tally *capacity.Tally) (*frame, error) 
 	case err != nil:
 		return nil, fmt.Errorf("open a directory: %w", err)
 	}
-	var cst unix.Stat_t
-	if err := unix.Fstat(cfd, &cst); err != nil || cst.Ino != est.Ino || cst.Dev != est.Dev {
-		unix.Close(cfd)
+	child, err := treewalk.NewDir(f, name, struct{}{})
+	if err != nil || child.Stat.Ino != est.Ino || child.Stat.Dev != est.Dev {
+		f.Close()
 		return nil, nil // replaced since the stat
 	}
-	return &frame{f: os.NewFile(uintptr(cfd), name), dev: uint64(cst.Dev), ino: cst.Ino}, nil
+	return child, nil
 }
 
-// letGo closes the open directory nearest the root (the root itself
-// excepted), with the entries it had read and not counted.
-func letGo(stack []*frame) {
-	for _, fr := range stack[1:] {
-		if fr.f != nil {
-			fr.f.Close()
-			fr.f, fr.pending = nil, nil
-			return
-		}
-	}
-}
-
-// reopen opens parent again as child's "..", checks it is the directory
-// the walk let go, and skips the entries already counted.
-func (w Walker) reopen(child *os.File, parent *frame, batch int) error {
-	f, err := treewalk.Reopen(int(child.Fd()), treewalk.Was{Dev: parent.dev, Ino: parent.ino}, parent.consumed, batch)
-	if errors.Is(err, treewalk.ErrMoved) {
-		return ErrChanged
-	}
-	if err != nil {
-		return err
-	}
-	parent.f = f
-	return nil
-}
+// The count holds nothing of its own for a directory.
+func (*tally) Leave(*treewalk.Dir[struct{}], int) error  { return nil }
+func (*tally) LetGo(*treewalk.Dir[struct{}])             {}
+func (*tally) Reopen(_, _ *treewalk.Dir[struct{}]) error { return nil }
+func (*tally) Close(*treewalk.Dir[struct{}])             {}
 
 // Rate is a Limiter that lets PerSecond entries through each second on
 // average, in bursts of at most Burst; it is shared by every walk of a
