@@ -32,7 +32,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench lab-deps lab-image clean helm manifests image push k8s-bins k8s-all-bins k8s-kube-lane k8s-kube-bins k8s-other-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
+.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench bench-bound lab-deps lab-image clean helm manifests image push k8s-bins k8s-all-bins k8s-kube-lane k8s-kube-bins k8s-other-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
 
 all: build
 
@@ -339,3 +339,18 @@ clean:
 bench: lab-image
 	$(GO) build -o bin/bench ./tests/bench
 	NFSDIR_LAB_TIMEOUT=1800 $(LAB) bin/bench $(BENCH_ARGS)
+
+## bench-bound: BENCH_CLAIMS claims created at once in the Kubernetes lab (single node, control
+## plane on the host), the time until all are Bound and until all are deleted and gone, for
+## nfsdir's class and for a driver whose CreateVolume returns at once (tests/k8s/images/noopcsi)
+## behind the same csi-provisioner: the ratio is what nfsdir adds (not part of test).
+BENCH_CLAIMS ?= 200
+BENCH_ROUNDS ?= 2
+bench-bound: SUITE_OUT = bin/bench-bound-out
+bench-bound: lab-image $(HELM)
+	$(call E2E_PAYLOAD,bin/bench-bound)
+	cd tests/k8s && $(GO) build -o $(CURDIR)/bin/k8s-tools/noopcsi ./images/noopcsi
+	$(IMAGEBUILD) -o bin/bench-bound/images/noopcsi.tar -tag lab.local/noopcsi:lab -entrypoint /noopcsi -file bin/k8s-tools/noopcsi:/noopcsi
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/bench-bound $(E2E_ENV) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='TestClaimsBoundBench' \
+		NFSDIR_E2E_BENCH=1 NFSDIR_BENCH_CLAIMS=$(BENCH_CLAIMS) NFSDIR_BENCH_ROUNDS=$(BENCH_ROUNDS) NFSDIR_LAB_TIMEOUT=2700 \
+		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/bench-bound.log; exit $${PIPESTATUS[0]}
