@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
@@ -217,5 +218,100 @@ func TestLivenessProbeAnswersFromProbe(t *testing.T) {
 		t.Errorf("healthz of a stopped driver: %d", code)
 	} else {
 		t.Logf("healthz of a stopped driver: %d", code)
+	}
+}
+
+// slowDriver serves a CSI identity on socket whose GetPluginInfo answers
+// after delay, as a node plugin does while its node is loaded (the chart's
+// pods all start at once after an upgrade).
+func slowDriver(t *testing.T, socket string, delay time.Duration) {
+	t.Helper()
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csi.RegisterIdentityServer(srv, &slowIdentity{delay: delay})
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+}
+
+type slowIdentity struct {
+	csi.UnimplementedIdentityServer
+	delay time.Duration
+}
+
+func (s *slowIdentity) GetPluginInfo(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &csi.GetPluginInfoResponse{Name: driver, VendorVersion: "slow"}, nil
+}
+
+// chartRegistrarTimeout is node.registrarTimeout of the chart's values:
+// how long the chart's node-driver-registrar waits for the driver's name.
+func chartRegistrarTimeout(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../charts/nfsdir/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Node struct {
+			RegistrarTimeout string `json:"registrarTimeout"`
+		} `json:"node"`
+	}
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Node.RegistrarTimeout == "" {
+		t.Fatal("the chart's values set no node.registrarTimeout")
+	}
+	return v.Node.RegistrarTimeout
+}
+
+// TestTheChartsRegistrarWaitsForABusyDriver: node-driver-registrar asks
+// the driver its name once at start and exits when the answer takes longer
+// than its --timeout (1 s by default), so on a busy node kubelet restarts
+// it. With the chart's node.registrarTimeout it waits for a driver that
+// takes 3 s and registers it; with the default it exits.
+func TestTheChartsRegistrarWaitsForABusyDriver(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		args    []string
+		survive bool
+	}{
+		{"chart", []string{"--timeout=" + chartRegistrarTimeout(t)}, true},
+		{"default", nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kubelet := t.TempDir()
+			registry := filepath.Join(kubelet, "plugins_registry")
+			os.MkdirAll(registry, 0o750)
+			socket := filepath.Join(kubelet, "csi.sock")
+			slowDriver(t, socket, 3*time.Second)
+			reg := startSidecar(t, "csi-node-driver-registrar", append([]string{"--csi-address=" + socket,
+				"--kubelet-registration-path=" + socket, "--plugin-registration-path=" + registry, "--v=5"}, c.args...)...)
+			if !c.survive {
+				select {
+				case <-reg.done:
+					if reg.err == nil {
+						t.Fatal("the registrar exited 0 on a driver slower than its timeout")
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the registrar with its default timeout waited 30 s for a driver that answers in 3 s")
+				}
+				return
+			}
+			regSocket := registrarSocket(t, registry, reg)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			info, err := registerapi.NewRegistrationClient(dial(t, regSocket)).GetInfo(ctx, &registerapi.InfoRequest{})
+			if err != nil || info.Name != driver {
+				t.Fatalf("GetInfo = %+v, %v", info, err)
+			}
+		})
 	}
 }
