@@ -72,14 +72,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	}
 	for _, img := range images {
 		t0 := time.Now()
-		if out, err := ctr("images", "import", "--snapshotter", "native", img); err != nil {
+		if out, err := ctr("images", "import", "--snapshotter", "overlayfs", img); err != nil {
 			t.Fatalf("import %s: %v\n%s", img, err, out)
 		}
 		t.Logf("imported %s in %s", filepath.Base(img), time.Since(t0).Round(time.Millisecond))
 	}
 	run := func(name, image string, cmd ...string) string {
 		t.Helper()
-		args := append([]string{"run", "--rm", "--snapshotter", "native", "--no-pivot", image, name}, cmd...)
+		args := append([]string{"run", "--rm", "--snapshotter", "overlayfs", "--no-pivot", image, name}, cmd...)
 		out, err := ctr(args...)
 		if err != nil {
 			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
