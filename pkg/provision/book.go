@@ -74,7 +74,7 @@ func (b Book) Figure(v usage.Volume) (capacity.Figure, bool, error) {
 // an error.
 func (b Book) Count(ctx context.Context, v usage.Volume, w usage.Walker) (fig capacity.Figure, counted bool, err error) {
 	rec, err := record(v)
-	if err != nil || rec.Shared || rec.FileID == 0 {
+	if err != nil || !v.Own {
 		return fig, false, err
 	}
 	fd, err := b.a.openVolumeDir(rec)

@@ -53,7 +53,12 @@ func (a *Area) Figures() Figures { return Figures{a} }
 // directory (and with create, making it) the first time.
 func (fg Figures) dir(create bool) (usage.Figures, error) {
 	r, err := fg.a.lazyMetaDir(usageName, &fg.a.usage, create)
-	return usage.Figures{Dir: r, Name: path.Join(safepath.MetaDir, usageName)}, err
+	return figuresIn(r), err
+}
+
+// figuresIn is the store of figures in the usage directory open as r.
+func figuresIn(r *os.Root) usage.Figures {
+	return usage.Figures{Dir: r, Name: path.Join(safepath.MetaDir, usageName)}
 }
 
 // lazyMetaDir returns the metadata directory name kept in *slot, opening
@@ -330,7 +335,7 @@ func (v *View) Figure(rec *Record) (capacity.Figure, bool, error) {
 	if v.usage == nil {
 		return capacity.Figure{}, false, nil
 	}
-	return readFigure(recordDir{Root: v.volumes}, usage.Figures{Dir: v.usage, Name: path.Join(safepath.MetaDir, usageName)}, rec)
+	return readFigure(recordDir{Root: v.volumes}, figuresIn(v.usage), rec)
 }
 
 // Close releases the View's handles.

@@ -27,9 +27,6 @@ type Figures struct {
 	Name string   // its path on the share, for messages
 }
 
-// ErrNoFigure is what Read returns when no figure is stored under a key.
-var ErrNoFigure = errors.New("no usage figure")
-
 // Store replaces the figure under key atomically: written under a
 // temporary name (key.new.<token>), renamed over the old one.
 func (f Figures) Store(key string, fig capacity.Figure) error {
