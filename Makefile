@@ -68,7 +68,10 @@ check:
 	cd tests/k8s && $(GO) vet ./...
 	cd tests/k8s/sidecars/resizer && $(GO) vet ./...
 
+## unit needs openssl: tests/docs runs the certificate commands of docs/capacity-and-quotas.md.
 unit:
+	@command -v openssl >/dev/null || { echo "installing openssl"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl; }
 	tests/k8s/sidecars/build-release.sh bin/k8s
 	NFSDIR_HELM=$(HELM) NFSDIR_SIDECARS=$(CURDIR)/bin/k8s $(GO) test -count=1 ./...
 	cd tests/k8s && $(GO) test -count=1 ./...
@@ -266,13 +269,14 @@ e2e-payload:
 	$(MAKE) lab-images
 	rm -rf $(PAYLOAD) bin/k8s/snapshot-crds && mkdir -p $(PAYLOAD)/images $(PAYLOAD)/chart bin/k8s/snapshot-crds
 	tests/k8s/fetch-runtime.sh $(PAYLOAD)
-	cp bin/k8s/kubelet $(PAYLOAD)/
+	cp bin/k8s/kubelet bin/k8s/kubectl $(PAYLOAD)/
 	crds=$$(cd tests/k8s/sidecars/snapshotter && $(GO) mod download github.com/kubernetes-csi/external-snapshotter/client/v8 && \
 		$(GO) list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)/config/crd && \
 		cp $$crds/snapshot.storage.k8s.io_*.yaml bin/k8s/snapshot-crds/
 	cp $(HELM) $(PAYLOAD)/helm
 	cp bin/lab/nfsdir $(PAYLOAD)/nfsdir
 	cp -r charts/nfsdir $(PAYLOAD)/chart/ && cp -r deploy/example $(PAYLOAD)/example
+	mkdir -p $(PAYLOAD)/pages/docs && cp README.md $(PAYLOAD)/pages/ && cp docs/*.md $(PAYLOAD)/pages/docs/
 	cp bin/images/*.tar $(PAYLOAD)/images/
 E2E_PAYLOAD = mkdir -p bin && flock bin/.e2e-payload.lock $(MAKE) --no-print-directory e2e-payload PAYLOAD=$(1)
 e2e: SUITE_OUT = bin/e2e-storage-out

@@ -1,6 +1,8 @@
 // Package docs tests the documentation against the code: links and
 // anchors resolve, the configuration page names every parameter and chart
-// value the code has and no other, and no page keeps a log of past runs.
+// value the code has and no other, the blocks a page marks as ones that
+// run are run by tests (here, or in the Kubernetes lab), and no page keeps
+// a log of past runs.
 package docs
 
 import (

@@ -188,7 +188,7 @@ func labImageValues() []string {
 		"--set", "image.csiProvisioner.repository=lab.local/csi-provisioner",
 		"--set", "image.csiResizer.repository=lab.local/csi-resizer",
 		"--set", "feature.enableSnapshotter=true", "--set", "image.csiSnapshotter.repository=lab.local/csi-snapshotter",
-		"--set", "volumeSnapshotClasses[0].name=nfsdir-snapshots", "--set", "volumeSnapshotClasses[0].deletionPolicy=Delete",
+		"--set", "volumeSnapshotClasses[0].name=nfsdir", "--set", "volumeSnapshotClasses[0].deletionPolicy=Delete",
 		"--set", "image.livenessProbe.repository=lab.local/livenessprobe",
 		"--set", "image.nodeDriverRegistrar.repository=lab.local/csi-node-driver-registrar",
 		// Counted every 15 s rather than 5 min: the lab checks kubelet's

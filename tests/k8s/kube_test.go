@@ -246,6 +246,13 @@ func (c *cluster) logsOf(ns, pod, container string) string {
 	return fmt.Sprintf("(API: %v; from /var/log/pods:)\n%s", err, all)
 }
 
+// toolEnv is the environment of helm and kubectl: the cluster's
+// kubeconfig, helm's homes in the cluster's directory.
+func (c *cluster) toolEnv() []string {
+	return append(os.Environ(), "KUBECONFIG="+c.admin, "HOME="+c.dir, "HELM_CACHE_HOME="+c.dir+"/helm-cache",
+		"HELM_CONFIG_HOME="+c.dir+"/helm-config", "HELM_DATA_HOME="+c.dir+"/helm-data")
+}
+
 // helm runs the helm binary of the payload against the cluster and returns
 // its output; it fails the test when helm fails.
 func (c *cluster) helm(args ...string) string {
@@ -253,8 +260,7 @@ func (c *cluster) helm(args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "helm"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.admin, "HOME="+c.dir, "HELM_CACHE_HOME="+c.dir+"/helm-cache",
-		"HELM_CONFIG_HOME="+c.dir+"/helm-config", "HELM_DATA_HOME="+c.dir+"/helm-data")
+	cmd.Env = c.toolEnv()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -45,8 +45,11 @@ func TestDriverOnTwoNodes(t *testing.T) {
 	// Claims lapse after 120 s here: the replacement of a dead node's pod
 	// comes about a minute after the power-off, well inside the lapse,
 	// whenever in the renewal period the node died.
-	c.installDriver("--set", `controller.nodeSelector.kubernetes\.io/hostname=`+nodeName, "--set", "node.claimLapse=120s")
+	// Installed by the README's quick start, whose StorageClass nfsdir the
+	// scenarios use.
+	c.quickStartFromTheReadme("--set", `controller.nodeSelector.kubernetes\.io/hostname=`+nodeName, "--set", "node.claimLapse=120s")
 	c.runSteps([]step{
+		{"SnapshotFromTheDocs", (*cluster).snapshotFromTheDocs},
 		{"ReadWriteManyAcrossNodes", (*cluster).readWriteManyAcrossNodes},
 		{"LocksAcrossNodes", (*cluster).locksAcrossNodes},
 		{"ReadWriteOncePodAcrossNodes", (*cluster).readWriteOncePodAcrossNodes},
@@ -253,7 +256,6 @@ func (c *cluster) workerReady() {
 // own node's plugin, and each reads the 4 MiB the other wrote, closed
 // before its marker appeared, byte for byte (close-to-open consistency).
 func (c *cluster) readWriteManyAcrossNodes() {
-	c.create(c.example("storageclass.yaml"))
 	c.create(c.testdata("two-nodes-rwx.yaml"))
 	c.boundPV("default", "spread-data")
 	pods := c.podsReady("2 replicas, one per node", "default", "app=spread", 2, 8*time.Minute)
@@ -294,14 +296,15 @@ func (c *cluster) readWriteManyAcrossNodes() {
 // lab-node-2 fail, and the waiting attempt there gets the lock only once
 // the holder released it, reading what the holder wrote just before (the
 // holder waits for the attempt, so the outcome does not depend on timing).
-// Over NFSv4.1 (the ReadWriteMany claim of readWriteManyAcrossNodes) the
-// server keeps the locks itself; over NFSv3 (a claim of a second
+// Over NFSv4.2 (the ReadWriteMany claim of readWriteManyAcrossNodes, of
+// the quick start's StorageClass, which names no version) the server keeps
+// the locks itself; over NFSv3 (a claim of a second
 // StorageClass) they go through lockd and rpc.statd on every machine.
 func (c *cluster) locksAcrossNodes() {
 	c.create(c.testdata("two-nodes-locks-v3.yaml"))
 	for _, v := range []struct{ claim, suffix, fsType, vers string }{
 		{"locks-v3", "-v3", " nfs ", "vers=3"},
-		{"spread-data", "", " nfs4 ", "vers=4.1"},
+		{"spread-data", "", " nfs4 ", "vers=4.2"},
 	} {
 		pv := c.boundPV("default", v.claim)
 		holder, contender := "lock-holder"+v.suffix, "lock-contender"+v.suffix

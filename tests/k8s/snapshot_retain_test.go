@@ -104,16 +104,23 @@ func (c *cluster) retainedContentDeleted() {
 }
 
 // readySnapshot takes a VolumeSnapshot name of claim (namespace default,
-// the chart's class nfsdir-snapshots), waits until it is ready to use and
-// returns its VolumeSnapshotContent.
+// the chart's class nfsdir), waits until it is ready to use and returns
+// its VolumeSnapshotContent.
 func (c *cluster) readySnapshot(name, claim string) *unstructured.Unstructured {
 	c.t.Helper()
-	ctx := context.Background()
 	c.create(fmt.Sprintf(`apiVersion: snapshot.storage.k8s.io/v1
 kind: VolumeSnapshot
 metadata: {name: %s, namespace: default}
-spec: {volumeSnapshotClassName: nfsdir-snapshots, source: {persistentVolumeClaimName: %s}}
+spec: {volumeSnapshotClassName: nfsdir, source: {persistentVolumeClaimName: %s}}
 `, name, claim))
+	return c.snapshotReady(name)
+}
+
+// snapshotReady waits until VolumeSnapshot name (namespace default) is
+// ready to use and returns its VolumeSnapshotContent.
+func (c *cluster) snapshotReady(name string) *unstructured.Unstructured {
+	c.t.Helper()
+	ctx := context.Background()
 	snaps := c.dyn.Resource(resources["VolumeSnapshot"]).Namespace("default")
 	var content string
 	c.waitFor("VolumeSnapshot "+name+" readyToUse", 5*time.Minute, func() (bool, error) {

@@ -179,3 +179,39 @@ func Sync(file, begin, end, want string, update bool) error {
 	}
 	return nil
 }
+
+// A Block is a fenced code block a page marks as one a test runs: the
+// line before its fence is `<!-- runs in a test: NAME -->`.
+type Block struct {
+	Mark string // NAME
+	Lang string // the fence's info string: sh, bash, yaml
+	Body string
+	Line int // of the marker, from 1
+}
+
+var runsMark = regexp.MustCompile(`^<!-- runs in a test: ([a-z0-9-]+) -->$`)
+
+// Blocks returns text's marked blocks; a marker not followed by a fenced
+// block is returned with an empty Lang.
+func Blocks(text string) []Block {
+	raw := strings.Split(text, "\n")
+	var out []Block
+	for i, l := range raw {
+		m := runsMark.FindStringSubmatch(strings.TrimSpace(l))
+		if m == nil {
+			continue
+		}
+		b := Block{Mark: m[1], Line: i + 1}
+		if i+1 < len(raw) && strings.HasPrefix(raw[i+1], "```") {
+			for j := i + 2; j < len(raw); j++ {
+				if strings.HasPrefix(raw[j], "```") {
+					b.Lang = strings.TrimSpace(strings.TrimPrefix(raw[i+1], "```"))
+					b.Body = strings.Join(raw[i+2:j], "\n") + "\n"
+					break
+				}
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
