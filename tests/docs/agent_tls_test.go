@@ -84,6 +84,7 @@ func handshake(t *testing.T, server, client *tls.Config) (error, error) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	c := tls.Client(conn, client)
 	cerr := c.HandshakeContext(ctx)
 	if cerr == nil {
