@@ -339,15 +339,22 @@ push:
 clean:
 	rm -rf bin
 
-## bench: measure nfsdir against bare NFS operations in the lab and print a table (not part of test).
+## bench: measure nfsdir against csi-driver-nfs's method and the bare NFS operations in the lab,
+## then write the tables of docs/benchmarks.md from what it measured (tests/bench/results.json
+## keeps the run; not part of test). BENCH_ARGS sets the sizes (bin/bench -h lists them).
+BENCH_ARGS ?= -creates 100 -publishes 5 -copy-files 2000
+# The commit measured, taken when the recipe starts: the tree may change during a run.
+BENCH_COMMIT = $(shell git rev-parse --short=12 HEAD)$(if $(shell git status --porcelain --untracked-files=no), with local changes)
 bench: lab-image
 	$(GO) build -o bin/bench ./tests/bench
-	NFSDIR_LAB_TIMEOUT=1800 $(LAB) bin/bench $(BENCH_ARGS)
+	NFSDIR_LAB_TIMEOUT=2700 $(LAB) bin/bench $(BENCH_ARGS) 2>&1 | tee bin/bench.log; exit $${PIPESTATUS[0]}
+	$(GO) run ./tests/bench/page -log bin/bench.log -command "make bench" -args "$(BENCH_ARGS)" -commit "$(BENCH_COMMIT)"
 
 ## bench-bound: BENCH_CLAIMS claims created at once in the Kubernetes lab (single node, control
 ## plane on the host), the time until all are Bound and until all are deleted and gone, for
 ## nfsdir's class and for a driver whose CreateVolume returns at once (tests/k8s/images/noopcsi)
-## behind the same csi-provisioner: the ratio is what nfsdir adds (not part of test).
+## behind the same csi-provisioner: the ratio is what nfsdir adds; writes its table of
+## docs/benchmarks.md (not part of test).
 BENCH_CLAIMS ?= 200
 BENCH_ROUNDS ?= 2
 bench-bound: SUITE_OUT = bin/bench-bound-out
@@ -358,3 +365,4 @@ bench-bound: lab-image $(HELM)
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/bench-bound $(E2E_ENV) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='TestClaimsBoundBench' \
 		NFSDIR_E2E_BENCH=1 NFSDIR_BENCH_CLAIMS=$(BENCH_CLAIMS) NFSDIR_BENCH_ROUNDS=$(BENCH_ROUNDS) NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/bench-bound.log; exit $${PIPESTATUS[0]}
+	$(GO) run ./tests/bench/page -log bin/bench-bound.log -command "make bench-bound" -args "BENCH_CLAIMS=$(BENCH_CLAIMS) BENCH_ROUNDS=$(BENCH_ROUNDS)" -commit "$(BENCH_COMMIT)"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/usage"
+	"github.com/nfsdir/nfsdir/tests/bench/report"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
@@ -78,6 +79,8 @@ type bench struct {
 	bare   string // the export mounted without nfsdir
 	export string // the export on the server's side
 	pki    lab.PKI
+	server string
+	flags  []string // the class's mount options
 }
 
 // publish mounts v on a new target under work and returns the target.
@@ -181,11 +184,59 @@ func (b *bench) scaleBefore() *scaleRows {
 	s.volumes = b.countVolumes()
 	s.creates, s.stats, s.deletes, s.createsN, s.deletesN = b.scaleRound("few", s.v, s.target)
 	mk, rm, mkN, rmN := b.bareRound()
-	add(fmt.Sprintf("CreateVolume p50 of %d, %d volumes on the share", *rounds, s.volumes), pct(s.creates, 50), pct(mk, 50), "", true,
-		perOp(s.createsN, mkN, *rounds))
-	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, %d volumes on the share", *rounds, s.volumes), pct(s.deletes, 50), pct(rm, 50), "", true,
-		perOp(s.deletesN, rmN, *rounds))
+	imk, irm, imkN, irmN := b.incumbentRound()
+	var caps []time.Duration
+	for range *rounds {
+		t0 := time.Now()
+		if _, err := b.ctl.ControllerGetCapabilities(b.ctx, &csi.ControllerGetCapabilitiesRequest{}); err != nil {
+			die(err)
+		}
+		caps = append(caps, time.Since(t0))
+	}
+	cs := fmt.Sprintf("p50 of %d", *rounds)
+	calls := func(n, incumbent, bare int64) string {
+		return fmt.Sprintf("%.1f vs %.1f vs %.1f", float64(n)/float64(*rounds), float64(incumbent)/float64(*rounds), float64(bare)/float64(*rounds))
+	}
+	add(mCreate, cs, pct(s.creates, 50), calls(s.createsN, imkN, mkN),
+		vsIncumbent("mount, mkdir, umount", pct(imk, 50)), vsBare("mkdir", pct(mk, 50)), vsNoop("ControllerGetCapabilities", pct(caps, 50)))
+	add(mDelete, cs+", an empty volume", pct(s.deletes, 50), calls(s.deletesN, irmN, rmN),
+		vsIncumbent("mount, rm -rf, umount", pct(irm, 50)), vsBare("rmdir", pct(rm, 50)), vsNoop("ControllerGetCapabilities", pct(caps, 50)))
 	return s
+}
+
+// incumbentRound times rounds CreateVolume and empty DeleteVolume calls
+// as csi-driver-nfs makes them: the share mounted for the call, the
+// directory made (or removed with everything in it), the share unmounted.
+func (b *bench) incumbentRound() (creates, deletes []time.Duration, createCalls, deleteCalls int64) {
+	call := func(do func(mnt string) error) time.Duration {
+		mnt, err := os.MkdirTemp(b.work, "incumbent-")
+		if err != nil {
+			die(err)
+		}
+		t0 := time.Now()
+		if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(b.flags, ","), b.server+":"+b.export, mnt).CombinedOutput(); err != nil {
+			die(fmt.Errorf("mount: %v %s", err, out))
+		}
+		if err := do(mnt); err != nil {
+			die(err)
+		}
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			die(fmt.Errorf("umount: %v %s", err, out))
+		}
+		os.Remove(mnt)
+		return time.Since(t0)
+	}
+	name := func(i int) string { return fmt.Sprintf("incumbent-pvc-%d", i) }
+	c0 := lab.NFSCalls()
+	for i := range *rounds {
+		creates = append(creates, call(func(mnt string) error { return os.Mkdir(filepath.Join(mnt, name(i)), 0o777) }))
+	}
+	createCalls = lab.NFSCalls() - c0
+	c0 = lab.NFSCalls()
+	for i := range *rounds {
+		deletes = append(deletes, call(func(mnt string) error { return os.RemoveAll(filepath.Join(mnt, name(i))) }))
+	}
+	return creates, deletes, createCalls, lab.NFSCalls() - c0
 }
 
 // cdRound times rounds CreateVolume calls with parameters p and
@@ -241,11 +292,12 @@ func calls(own, all, bare int64) string {
 // whose copy agent (at agent) makes and deletes its volumes on the server
 // against the bare mkdir and rmdir given, and a call to the agent that
 // does nothing (the floor under them).
-func (b *bench) agentRound(where, agent string, p map[string]string, vc *csi.VolumeCapability, mk, rm []time.Duration, mkN, rmN int64) {
+func (b *bench) agentRound(measure, agent string, p map[string]string, vc *csi.VolumeCapability, mk, rm []time.Duration, mkN, rmN int64) {
 	p = maps.Clone(p)
 	p["copyAgent"], p["onDelete"] = agent, "delete"
-	b.cdRound("made-warm-up"+where, p, vc)
-	r := b.cdRound("made"+where, p, vc)
+	label := strings.ReplaceAll(strings.ToLower(measure), " ", "-")
+	b.cdRound("made-warm-up-"+label, p, vc)
+	r := b.cdRound("made-"+label, p, vc)
 	tlsCfg, err := serveragent.ClientTLS(serveragent.Files{Cert: b.pki.Client.Cert, Key: b.pki.Client.Key, CA: b.pki.CA}, serveragent.DefaultAgentIdentity)
 	if err != nil {
 		die(err)
@@ -263,81 +315,97 @@ func (b *bench) agentRound(where, agent string, p map[string]string, vc *csi.Vol
 		}
 		probes = append(probes, time.Since(t0))
 	}
-	add(fmt.Sprintf("call to the agent alone (Probe), p50 of %d%s", *rounds, where), pct(probes[1:], 50), pct(mk, 50), "vs bare mkdir", true, "0")
-	add(fmt.Sprintf("CreateVolume made by the copy agent, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "≤ 4× bare mkdir", true, calls(r.createsOwn, r.createsAll, mkN))
-	add(fmt.Sprintf("DeleteVolume (empty) by the copy agent, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "≤ 6× bare rmdir", true, calls(r.deletesOwn, r.deletesAll, rmN))
+	agentOp := vsNoop("the agent's Probe", pct(probes[1:], 50))
+	add(measure, fmt.Sprintf("CreateVolume made by the copy agent, p50 of %d", *rounds), pct(r.creates, 50), calls(r.createsOwn, r.createsAll, mkN),
+		vsBare("mkdir", pct(mk, 50)), agentOp)
+	add(measure, fmt.Sprintf("empty DeleteVolume by the copy agent, p50 of %d", *rounds), pct(r.deletes, 50), calls(r.deletesOwn, r.deletesAll, rmN),
+		vsBare("rmdir", pct(rm, 50)), agentOp)
 }
 
 // agentRows measures CreateVolume and an empty DeleteVolume made by the
 // copy agent on the lab's export against bare mkdir and rmdir.
 func (b *bench) agentRows() {
 	mk, rm, mkN, rmN := b.bareRound()
-	b.agentRound("", quotaAgentAddr, map[string]string{"server": os.Getenv("NFSDIR_LAB_SERVER"), "share": b.export}, b.vc, mk, rm, mkN, rmN)
+	b.agentRound(mAgent, quotaAgentAddr, map[string]string{"server": os.Getenv("NFSDIR_LAB_SERVER"), "share": b.export}, b.vc, mk, rm, mkN, rmN)
 }
 
 // farRows measures, with the server and the agent 1 ms away (proxies
 // holding every byte that long each way, NFSv3 through farFlags), bare
 // mkdir and rmdir on farBare, CreateVolume and an empty DeleteVolume
 // through the controller's mount, and the same made by the copy agent.
-func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration, port int) {
+func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration) {
 	agent, err := lab.NewProxyTo(quotaAgentAddr, delay)
 	if err != nil {
 		die(err)
 	}
 	defer agent.Close()
-	where := fmt.Sprintf(", server and agent %s away", delay)
+	m := mFar()
 	mk, rm, mkN, rmN := b.bareRoundIn(farBare)
 	vc := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: farFlags}},
 		AccessMode: b.vc.AccessMode}
 	p := map[string]string{"server": os.Getenv("NFSDIR_LAB_SERVER"), "share": b.export, "onDelete": "delete"}
 	b.cdRound("far-warm-up", p, vc)
 	r := b.cdRound("far", p, vc)
-	add(fmt.Sprintf("CreateVolume p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, calls(r.createsOwn, r.createsAll, mkN))
-	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, calls(r.deletesOwn, r.deletesAll, rmN))
+	add(m, fmt.Sprintf("CreateVolume, p50 of %d", *rounds), pct(r.creates, 50), calls(r.createsOwn, r.createsAll, mkN), vsBare("mkdir", pct(mk, 50)))
+	add(m, fmt.Sprintf("empty DeleteVolume, p50 of %d", *rounds), pct(r.deletes, 50), calls(r.deletesOwn, r.deletesAll, rmN), vsBare("rmdir", pct(rm, 50)))
 	// One level down, as a subDir template by namespace makes them: the
 	// checks that no volume, shared directory or share lies above.
 	nested := maps.Clone(p)
 	nested["subDir"] = "team/${pv.metadata.name}"
 	r = b.cdRound("far-nested", nested, vc)
-	add(fmt.Sprintf("CreateVolume p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, calls(r.createsOwn, r.createsAll, mkN))
-	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, subDir team/<name>%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, calls(r.deletesOwn, r.deletesAll, rmN))
-	b.agentRound(where, fmt.Sprintf("127.0.0.1:%d", agent.Port), p, vc, mk, rm, mkN, rmN)
-	b.v42Rows(port, where, p)
+	add(m, fmt.Sprintf("CreateVolume, subDir team/${pv.metadata.name}, p50 of %d", *rounds), pct(r.creates, 50), calls(r.createsOwn, r.createsAll, mkN), vsBare("mkdir", pct(mk, 50)))
+	add(m, fmt.Sprintf("empty DeleteVolume, subDir team/${pv.metadata.name}, p50 of %d", *rounds), pct(r.deletes, 50), calls(r.deletesOwn, r.deletesAll, rmN), vsBare("rmdir", pct(rm, 50)))
+	b.agentRound(m, fmt.Sprintf("127.0.0.1:%d", agent.Port), p, vc, mk, rm, mkN, rmN)
+}
+
+// farV42Rows measures the NFSv4.2 rows through a proxy of their own, last
+// of all: the client joins every NFSv4.2 mount of a server to its first
+// one (session trunking), so an NFSv4.2 mount through the proxy made
+// before the direct ones would carry them through the proxy, and hang
+// them once the proxy is gone; made after them, it would not go through
+// the proxy at all. The direct ones are unmounted by then.
+func (b *bench) farV42Rows() {
+	proxy, err := lab.NewProxy(*farDelay)
+	if err != nil {
+		die(err)
+	}
+	defer proxy.Close()
+	b.v42Rows(proxy.Port, map[string]string{"server": b.server, "share": b.export, "onDelete": "delete"})
 }
 
 // v42Rows measures CreateVolume and an empty DeleteVolume on the share
 // mounted with NFSv4.2 through the proxy on port against bare mkdir and
 // rmdir on an NFSv4.2 mount through it; the calls are those the server
 // ran (COMPOUNDs).
-func (b *bench) v42Rows(port int, where string, p map[string]string) {
+func (b *bench) v42Rows(port int, p map[string]string) {
 	flags := []string{"nfsvers=4.2", fmt.Sprintf("port=%d", port)}
-	bare, err := os.MkdirTemp("", "bare-v4-")
+	bareDir, err := os.MkdirTemp("", "bare-v4-")
 	if err != nil {
 		die(err)
 	}
-	if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(flags, ","), os.Getenv("NFSDIR_LAB_SERVER")+":"+b.export, bare).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "nfs", "-o", strings.Join(flags, ","), os.Getenv("NFSDIR_LAB_SERVER")+":"+b.export, bareDir).CombinedOutput(); err != nil {
 		die(fmt.Errorf("mount NFSv4.2 through the proxy: %v: %s", err, out))
 	}
-	defer exec.Command("umount", bare).Run()
+	defer exec.Command("umount", bareDir).Run()
 	stopProfile := startProfile("v42")
 	defer stopProfile()
-	mk, rm, mkN, rmN := b.bareRoundIn(bare)
+	mk, rm, mkN, rmN := b.bareRoundIn(bareDir)
 	vc := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
 		AccessMode: b.vc.AccessMode}
 	b.cdRound("far-v42-warm-up", p, vc)
 	r := b.cdRound("far-v42", p, vc)
-	server := func(n, bare int64) string {
-		return fmt.Sprintf("%s (server)", perOp(n, bare, *rounds))
+	server := func(n, base int64) string {
+		return fmt.Sprintf("%s (server)", perOp(n, base, *rounds))
 	}
-	add(fmt.Sprintf("CreateVolume, NFSv4.2 share, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, server(r.createsServer, mkN))
-	add(fmt.Sprintf("DeleteVolume (empty), NFSv4.2 share, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, server(r.deletesServer, rmN))
+	add(mFar(), fmt.Sprintf("CreateVolume, NFSv4.2, p50 of %d", *rounds), pct(r.creates, 50), server(r.createsServer, mkN), vsBare("mkdir", pct(mk, 50)))
+	add(mFar(), fmt.Sprintf("empty DeleteVolume, NFSv4.2, p50 of %d", *rounds), pct(r.deletes, 50), server(r.deletesServer, rmN), vsBare("rmdir", pct(rm, 50)))
 	// One level down: the first volume makes the parent, the last
 	// removes it.
 	nested := maps.Clone(p)
 	nested["subDir"] = "team/${pv.metadata.name}"
 	r = b.cdRound("far-v42-nested", nested, vc)
-	add(fmt.Sprintf("CreateVolume, NFSv4.2 share, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.creates, 50), pct(mk, 50), "", true, server(r.createsServer, mkN))
-	add(fmt.Sprintf("DeleteVolume (empty), NFSv4.2 share, subDir team/<name>, p50 of %d%s", *rounds, where), pct(r.deletes, 50), pct(rm, 50), "", true, server(r.deletesServer, rmN))
+	add(mFar(), fmt.Sprintf("CreateVolume, NFSv4.2, subDir team/${pv.metadata.name}, p50 of %d", *rounds), pct(r.creates, 50), server(r.createsServer, mkN), vsBare("mkdir", pct(mk, 50)))
+	add(mFar(), fmt.Sprintf("empty DeleteVolume, NFSv4.2, subDir team/${pv.metadata.name}, p50 of %d", *rounds), pct(r.deletes, 50), server(r.deletesServer, rmN), vsBare("rmdir", pct(rm, 50)))
 }
 
 func (s *scaleRows) after() {
@@ -360,11 +428,13 @@ func (s *scaleRows) after() {
 	fmt.Printf("  %d volumes created in %s to reach %d\n", bulk, time.Since(t0).Round(time.Millisecond), *scale)
 	n := b.countVolumes()
 	creates, stats, deletes, createsN, deletesN := b.scaleRound("many", s.v, s.target)
-	add(fmt.Sprintf("CreateVolume p50 of %d, %d volumes on the share", *rounds, n), pct(creates, 50), pct(s.creates, 50), "vs few volumes", true,
-		perOp(createsN, s.createsN, *rounds))
-	add(fmt.Sprintf("DeleteVolume (empty) p50 of %d, %d volumes on the share", *rounds, n), pct(deletes, 50), pct(s.deletes, 50), "vs few volumes", true,
-		perOp(deletesN, s.deletesN, *rounds))
-	add(fmt.Sprintf("NodeGetVolumeStats p50 of %d, %d volumes on the share", *rounds, n), pct(stats, 50), pct(s.stats, 50), "vs few volumes", true, "")
+	few := fmt.Sprintf("with %d volumes", s.volumes)
+	add(mScale, fmt.Sprintf("CreateVolume with %d volumes, p50 of %d", n, *rounds), pct(creates, 50), perOp(createsN, s.createsN, *rounds),
+		vsOther("the same with few volumes", few, pct(s.creates, 50)))
+	add(mScale, fmt.Sprintf("empty DeleteVolume with %d volumes, p50 of %d", n, *rounds), pct(deletes, 50), perOp(deletesN, s.deletesN, *rounds),
+		vsOther("the same with few volumes", few, pct(s.deletes, 50)))
+	add(mScale, fmt.Sprintf("NodeGetVolumeStats with %d volumes, p50 of %d", n, *rounds), pct(stats, 50), "",
+		vsOther("the same with few volumes", few, pct(s.stats, 50)))
 	// Paging through them all, 500 a page.
 	var pages []time.Duration
 	token, listed := "", 0
@@ -382,8 +452,9 @@ func (s *scaleRows) after() {
 			break
 		}
 	}
-	add(fmt.Sprintf("ListVolumes of all %d, 500 a page (%d pages)", listed, len(pages)), time.Since(t0), 0, fmt.Sprintf("page p50 %s", pct(pages, 50).Round(time.Millisecond)), false,
-		fmt.Sprintf("%.2f per volume", float64(lab.NFSCalls()-c0)/float64(max(1, listed))))
+	addRow(report.Row{Measure: mScale, Case: fmt.Sprintf("ListVolumes of all %d, 500 a page (%d pages)", listed, len(pages)),
+		Seconds: time.Since(t0).Seconds(), Note: "a page: " + report.Duration(pct(pages, 50).Seconds()),
+		Calls: fmt.Sprintf("%.2f per volume", float64(lab.NFSCalls()-c0)/float64(max(1, listed)))})
 }
 
 // countVolumes lists the volumes on the share.
@@ -435,8 +506,10 @@ func (b *bench) usageRows(fill func(dir string, n, per int)) {
 		}
 		sf = append(sf, time.Since(t0))
 	}
-	add(fmt.Sprintf("NodeGetVolumeStats p50, %d files (statfs p50 baseline)", *statFiles), pct(st, 50), pct(sf, 50), "", true, "")
-	add(fmt.Sprintf("NodeGetVolumeStats p99, %d files (statfs p99 baseline)", *statFiles), pct(st, 99), pct(sf, 99), "", true, "")
+	add(mUsage, fmt.Sprintf("NodeGetVolumeStats of a volume of %d files, p50 of %d", *statFiles, *statCalls), pct(st, 50), "",
+		vsBare("statfs, what other NFS drivers report", pct(sf, 50)))
+	add(mUsage, fmt.Sprintf("NodeGetVolumeStats of a volume of %d files, p99 of %d", *statFiles, *statCalls), pct(st, 99), "",
+		vsBare("statfs", pct(sf, 99)))
 
 	// The walk, unbounded, over the bare mount (cache on, as the
 	// accountant's share mount), against du -s.
@@ -463,9 +536,10 @@ func (b *bench) usageRows(fill func(dir string, n, per int)) {
 	}
 	du, duCalls := time.Since(t0), lab.NFSCalls()-c0
 	per := float64(res.Inodes) / 100000
-	add(fmt.Sprintf("count of %d entries, unbounded (du -s baseline)", res.Inodes), took, du,
-		fmt.Sprintf("CPU %s per 100,000", time.Duration(float64(cpu)/per).Round(time.Millisecond)), true,
-		fmt.Sprintf("%.0f vs %.0f per 100,000", float64(calls)/per, float64(duCalls)/per))
+	addRow(report.Row{Measure: mUsage, Case: fmt.Sprintf("count of %d entries, unpaced", res.Inodes), Seconds: took.Seconds(),
+		Note:    "CPU " + report.Duration((time.Duration(float64(cpu) / per)).Seconds()) + " per 100,000",
+		Against: []report.Base{vsBare("du -s over NFS", du)},
+		Calls:   fmt.Sprintf("%.0f vs %.0f per 100,000", float64(calls)/per, float64(duCalls)/per)})
 
 	// A writer creating small files in another directory, alone and
 	// during a count at the default rate and unbounded.
@@ -504,8 +578,10 @@ func (b *bench) usageRows(fill func(dir string, n, per int)) {
 	paced.Limit = &usage.Rate{PerSecond: 2000, Burst: 200}
 	withPaced, _ := during("paced", paced)
 	withFree, _ := during("free", usage.DefaultWalker)
-	add(fmt.Sprintf("writer of %d 4 KiB files during a count at 2000 entries/s", *writerN), withPaced, alone, "vs the writer alone", true, "")
-	add(fmt.Sprintf("writer of %d 4 KiB files during an unbounded count", *writerN), withFree, alone, "vs the writer alone", true, "")
+	add(mUsage, fmt.Sprintf("a writer of %d 4 KiB files during a count at 2,000 entries/s (the default)", *writerN), withPaced, "",
+		vsOther("the writer alone", "", alone))
+	add(mUsage, fmt.Sprintf("a writer of %d 4 KiB files during an unpaced count", *writerN), withFree, "",
+		vsOther("the writer alone", "", alone))
 }
 
 // timeSince formats the milliseconds the NFS client spent on each

@@ -65,7 +65,7 @@ func (b *bench) copyRows(server, export, work string) {
 		defer proxy.Close()
 		copyRowsThrough(export, filepath.Join(work, "copy-far"), server+":"+export,
 			[]string{"nfsvers=3", "proto=tcp", "mountproto=tcp", "nolock", fmt.Sprintf("port=%d", proxy.Port)},
-			fmt.Sprintf("%d files, %d MiB, server %s away", *copyFiles, *copyMiB, *farDelay), false)
+			fmt.Sprintf("%d files, %d MiB, the server %g ms away", *copyFiles, *copyMiB, float64(*farDelay)/float64(time.Millisecond)), false)
 	}
 }
 
@@ -149,8 +149,9 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 	cp = measure(func() { run("/opt/gnu/cp", "-a", filepath.Join(mnt, "copy-src"), filepath.Join(mnt, "copy-cp")) })
 	clean("copy-cp")
 	fmt.Printf("  copy engine: %+v\n  clone %s; cp -a %s\n", res, clone, cp)
-	add("clone by the copy engine, "+what, clone.took, cp.took, "vs GNU cp -a", true,
-		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB wire", clone.calls, cp.calls, float64(clone.wire)/(1<<20), float64(cp.wire)/(1<<20)))
+	add(mCopy, "clone by the copy engine through NFS, "+what, clone.took,
+		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB on the wire", clone.calls, cp.calls, float64(clone.wire)/(1<<20), float64(cp.wire)/(1<<20)),
+		vsIncumbent("GNU cp -a", cp.took))
 
 	if !tar {
 		return cp, tgzTook
@@ -170,8 +171,9 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 	})
 	clean("copy.tar.gz", "copy-untar")
 	fmt.Printf("  snapshot+restore %s; tar.gz and back %s\n", snap, tgzTook)
-	add("snapshot + restore by the copy engine, "+what, snap.took, tgzTook.took, "vs tar -czf, tar -xzf", true,
-		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB wire", snap.calls, tgzTook.calls, float64(snap.wire)/(1<<20), float64(tgzTook.wire)/(1<<20)))
+	add(mCopy, "snapshot and restore by the copy engine through NFS, "+what, snap.took,
+		fmt.Sprintf("%d vs %d; %.0f vs %.0f MiB on the wire", snap.calls, tgzTook.calls, float64(snap.wire)/(1<<20), float64(tgzTook.wire)/(1<<20)),
+		vsIncumbent("tar -czf onto the share, tar -xzf", tgzTook.took))
 	return cp, tgzTook
 }
 
@@ -184,18 +186,14 @@ func copyRowsThrough(export, mnt, source string, opts []string, what string, tar
 // the server's side, and back after.
 func (b *bench) agentCopyRows(server, export, src string, cp, tgz traffic, what string) {
 	params := map[string]string{"server": server, "share": export, "copyAgent": quotaAgentAddr, "onDelete": "delete"}
-	volume := func(name string, source *csi.VolumeContentSource) *csi.Volume {
-		for {
+	volume := func(name string, source *csi.VolumeContentSource) (v *csi.Volume) {
+		poll("CreateVolume "+name, func() (bool, error) {
 			r, err := b.ctl.CreateVolume(b.ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeContentSource: source,
 				VolumeCapabilities: []*csi.VolumeCapability{b.vc}, CapacityRange: &csi.CapacityRange{RequiredBytes: 4 << 30}})
-			if err == nil {
-				return r.GetVolume()
-			}
-			if c := status.Code(err); c != codes.Unavailable && c != codes.Aborted && c != codes.DeadlineExceeded {
-				die(fmt.Errorf("CreateVolume %s: %v", name, err))
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			v = r.GetVolume()
+			return err == nil, err
+		})
+		return v
 	}
 	dirOf := func(v *csi.Volume) string { return filepath.Join(export, v.GetVolumeContext()["subDir"]) }
 	vol := volume("pvc-agent-src", nil)
@@ -228,17 +226,11 @@ func (b *bench) agentCopyRows(server, export, src string, cp, tgz traffic, what 
 		die(err)
 	}
 	snapT := measure(func() {
-		for {
+		poll("CreateSnapshot", func() (bool, error) {
 			r, err := b.ctl.CreateSnapshot(b.ctx, &csi.CreateSnapshotRequest{Name: "snap-agent", SourceVolumeId: vol.GetVolumeId()})
-			if err != nil {
-				die(fmt.Errorf("CreateSnapshot: %v", err))
-			}
-			if r.GetSnapshot().GetReadyToUse() {
-				snapID = r.GetSnapshot().GetSnapshotId()
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			snapID = r.GetSnapshot().GetSnapshotId()
+			return err == nil && r.GetSnapshot().GetReadyToUse(), err
+		})
 		restored = volume("pvc-agent-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID}}})
 	})
@@ -253,10 +245,35 @@ func (b *bench) agentCopyRows(server, export, src string, cp, tgz traffic, what 
 	if _, err := b.ctl.DeleteSnapshot(b.ctx, &csi.DeleteSnapshotRequest{SnapshotId: snapID}); err != nil {
 		die(err)
 	}
-	add("clone by the copy agent on the server (CSI calls), "+what, cloneT.took, cp.took, "vs GNU cp -a", true,
-		fmt.Sprintf("%d vs %d", cloneT.calls, cp.calls))
-	add("snapshot + restore by the copy agent (CSI calls), "+what, snapT.took, tgz.took, "≥ 4× faster than tar.gz", true,
-		fmt.Sprintf("%d vs %d", snapT.calls, tgz.calls))
+	add(mCopy, "clone by the copy agent on the server, through the CSI calls, "+what, cloneT.took,
+		fmt.Sprintf("%d vs %d", cloneT.calls, cp.calls), vsIncumbent("GNU cp -a", cp.took))
+	add(mCopy, "snapshot and restore by the copy agent on the server, through the CSI calls, "+what, snapT.took,
+		fmt.Sprintf("%d vs %d", snapT.calls, tgz.calls), vsIncumbent("tar -czf onto the share, tar -xzf", tgz.took))
+}
+
+// poll calls f every 200 ms, as the CSI sidecars call again, until it is
+// done; errors that ask for a later call (Unavailable, Aborted,
+// DeadlineExceeded) are retried and printed every 30 s, any other ends
+// the bench, and so does a call not done in 15 minutes.
+func poll(what string, f func() (bool, error)) {
+	start, said := time.Now(), time.Now()
+	for {
+		done, err := f()
+		if done {
+			return
+		}
+		if c := status.Code(err); err != nil && c != codes.Unavailable && c != codes.Aborted && c != codes.DeadlineExceeded {
+			die(fmt.Errorf("%s: %v", what, err))
+		}
+		if time.Since(start) > 15*time.Minute {
+			die(fmt.Errorf("%s: not done after %s (last: %v)", what, time.Since(start).Round(time.Second), err))
+		}
+		if time.Since(said) > 30*time.Second {
+			fmt.Printf("  %s: still waiting after %s (last: %v)\n", what, time.Since(start).Round(time.Second), err)
+			said = time.Now()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 var reflinkMiB = flag.Int("reflink-mib", 256, "MiB of data the reflink rows snapshot (and a quarter of it, also against tar.gz; 0: skip them)")
@@ -365,12 +382,12 @@ func reflinkRows(server, work string) {
 	}
 	large := snapshot(*reflinkMiB, false)
 	small := snapshot(*reflinkMiB/4, true)
-	add(fmt.Sprintf("snapshot by the copy engine on XFS reflink=1, 64 files, %d MiB", *reflinkMiB), large.took, small.took,
-		fmt.Sprintf("vs %d MiB in as many files: independent of size", *reflinkMiB/4), true,
-		fmt.Sprintf("%d vs %d; %.2f vs %.2f MiB wire", large.calls, small.calls, float64(large.wire)/(1<<20), float64(small.wire)/(1<<20)))
-	add(fmt.Sprintf("snapshot by the copy engine on XFS reflink=1, 64 files, %d MiB", *reflinkMiB/4), small.took, tgz.took,
-		"vs tar -czf onto the share (csi-driver-nfs)", true,
-		fmt.Sprintf("%d vs %d; %.2f vs %.0f MiB wire", small.calls, tgz.calls, float64(small.wire)/(1<<20), float64(tgz.wire)/(1<<20)))
+	add(mReflink, fmt.Sprintf("snapshot of 64 files, %d MiB", *reflinkMiB/4), small.took,
+		fmt.Sprintf("%d vs %d; %.2f vs %.0f MiB on the wire", small.calls, tgz.calls, float64(small.wire)/(1<<20), float64(tgz.wire)/(1<<20)),
+		vsIncumbent("tar -czf onto the share", tgz.took))
+	add(mReflink, fmt.Sprintf("snapshot of 64 files, %d MiB", *reflinkMiB), large.took,
+		fmt.Sprintf("%d vs %d; %.2f vs %.2f MiB on the wire", large.calls, small.calls, float64(large.wire)/(1<<20), float64(small.wire)/(1<<20)),
+		vsOther("the same with a quarter of the data", fmt.Sprintf("%d MiB", *reflinkMiB/4), small.took))
 }
 
 // sameFiles checks, on the server's side, that every regular file below

@@ -12,13 +12,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
@@ -26,6 +29,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/csiserver"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/tests/bench/report"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
@@ -38,12 +42,9 @@ var (
 	farFiles  = flag.Int("far-files", 5000, "files in the volume deleted through a server -far-delay away")
 	farDelay  = flag.Duration("far-delay", time.Millisecond, "one-way delay to the distant server (a proxy in the guest)")
 	agentOnly = flag.Bool("agent-only", false, "measure only the rows of volumes made by the copy agent over loopback, then stop (for profiling)")
+	stall     = flag.Duration("stall", 15*time.Minute, "print every goroutine's stack when no row was measured for this long")
 	v42N      = flag.Int("v42-only", 0, "measure only the rows on an NFSv4.2 share -far-delay away, this many times, then stop (for profiling: -cpuprofile covers the last)")
 )
-
-type row struct {
-	op, nfsdir, baseline, ratio, target, rpcs string
-}
 
 // perOp formats NFS calls per operation for nfsdir and the baseline.
 func perOp(got, base int64, n int) string {
@@ -53,16 +54,73 @@ func perOp(got, base int64, n int) string {
 	return fmt.Sprintf("%.1f vs %.1f", float64(got)/float64(n), float64(base)/float64(n))
 }
 
-var rows []row
+// The measures: one table each on docs/benchmarks.md.
+const (
+	mCreate  = "CreateVolume"
+	mDelete  = "DeleteVolume"
+	mPublish = "NodePublishVolume"
+	mAgent   = "Volumes made by the copy agent on the server"
+	mScale   = "Many volumes on the share"
+	mUsage   = "Usage"
+	mCopy    = "Clones, snapshots and restores"
+	mReflink = "Snapshots on an XFS export with reflink=1"
+	mQuota   = "Hard quotas (quotaAgent)"
+)
 
-func add(op string, got, base time.Duration, target string, ratio bool, rpcs string) {
-	r := row{op: op, nfsdir: got.Round(time.Microsecond).String(), baseline: "-", ratio: "-", target: target, rpcs: rpcs}
-	if ratio {
-		r.baseline = base.Round(time.Microsecond).String()
-		r.ratio = fmt.Sprintf("%.2f×", float64(got)/float64(base))
+// mFar is the measure of calls to a server and an agent -far-delay away
+// (proxies that hold every byte that long each way).
+func mFar() string {
+	return fmt.Sprintf("The server and the agent %g ms away", float64(*farDelay)/float64(time.Millisecond))
+}
+
+var (
+	rows    []report.Row
+	lastRow atomic.Int64 // when the last row was measured, in Unix nanoseconds
+)
+
+// watchStalls prints the stacks of every goroutine each time -stall
+// passes without a row, so that a bench that waits on something shows
+// what.
+func watchStalls() {
+	lastRow.Store(time.Now().UnixNano())
+	for range time.Tick(*stall / 4) {
+		if time.Since(time.Unix(0, lastRow.Load())) > *stall {
+			buf := make([]byte, 1<<20)
+			fmt.Printf("bench: no row for %s; the goroutines:\n%s\n", *stall, buf[:runtime.Stack(buf, true)])
+			lastRow.Store(time.Now().UnixNano())
+		}
 	}
+}
+
+// add records nfsdir's time for a case of a measure, what it is compared
+// with, and NFS calls per operation (calls, or empty).
+func add(measure, cs string, got time.Duration, calls string, against ...report.Base) {
+	addRow(report.Row{Measure: measure, Case: cs, Seconds: got.Seconds(), Calls: calls, Against: against})
+}
+
+// addRow records a row and prints its line for make bench's page.
+func addRow(r report.Row) {
+	lastRow.Store(time.Now().UnixNano())
 	rows = append(rows, r)
-	fmt.Printf("  measured: %-48s %s\n", op, r.nfsdir)
+	fmt.Printf("  measured: %s, %s: %s\n", r.Measure, r.Case, report.Duration(r.Seconds))
+	fmt.Println(r.Line())
+}
+
+// vsBare, vsIncumbent, vsNoop and vsOther name what a time is compared with.
+func vsBare(what string, d time.Duration) report.Base {
+	return report.Base{Kind: report.Bare, What: what, Seconds: d.Seconds()}
+}
+
+func vsIncumbent(what string, d time.Duration) report.Base {
+	return report.Base{Kind: report.Incumbent, What: what, Seconds: d.Seconds()}
+}
+
+func vsNoop(what string, d time.Duration) report.Base {
+	return report.Base{Kind: report.NoOp, What: what, Seconds: d.Seconds()}
+}
+
+func vsOther(kind, what string, d time.Duration) report.Base {
+	return report.Base{Kind: kind, What: what, Seconds: d.Seconds()}
 }
 
 func die(err error) {
@@ -135,7 +193,10 @@ func main() {
 	os.MkdirAll(filepath.Join(bare, "bare-mkdir"), 0o755)
 
 	fmt.Printf("nfsdir bench in the lab guest (NFS %s over loopback, TCG emulation)\n", *vers)
-	b := &bench{ctx: ctx, ctl: ctl, node: node, vc: vc, create: create, work: work, bare: bare, export: export, pki: pki}
+	fmt.Println(report.GuestPrefix + guest())
+	go watchStalls()
+	b := &bench{ctx: ctx, ctl: ctl, node: node, vc: vc, create: create, work: work, bare: bare, export: export, pki: pki,
+		server: server, flags: flags}
 	if *v42N > 0 {
 		proxy, err := lab.NewProxy(*farDelay)
 		if err != nil {
@@ -143,7 +204,7 @@ func main() {
 		}
 		*profRows = "v42"
 		for range *v42N {
-			b.v42Rows(proxy.Port, fmt.Sprintf(", %s away", *farDelay), map[string]string{"server": server, "share": export, "onDelete": "delete"})
+			b.v42Rows(proxy.Port, map[string]string{"server": server, "share": export, "onDelete": "delete"})
 		}
 		proxy.Close()
 		printRows()
@@ -170,7 +231,7 @@ func main() {
 			die(err)
 		}
 	}
-	add(fmt.Sprintf("gRPC round trip alone (ControllerGetCapabilities ×%d)", *creates), time.Since(t0), 0, "", false, "0")
+	noops := vsNoop(fmt.Sprintf("ControllerGetCapabilities ×%d", *creates), time.Since(t0))
 
 	// 1. CreateVolume vs mkdir.
 	c0 := lab.NFSCalls()
@@ -188,8 +249,8 @@ func main() {
 		create(fmt.Sprintf("pvc-seq-%d", i))
 	}
 	seq := time.Since(t0)
-	add(fmt.Sprintf("CreateVolume ×%d, one at a time", *creates), seq, mkdirs, "≤ 1.5× bare mkdir loop", true,
-		perOp(lab.NFSCalls()-c0, mkdirCalls, *creates))
+	add(mCreate, fmt.Sprintf("×%d, one at a time", *creates), seq, perOp(lab.NFSCalls()-c0, mkdirCalls, *creates),
+		vsBare(fmt.Sprintf("mkdir ×%d", *creates), mkdirs), noops)
 	t0 = time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -203,7 +264,8 @@ func main() {
 		}(i)
 	}
 	wg.Wait()
-	add(fmt.Sprintf("CreateVolume ×%d, 16 in flight (as csi-provisioner)", *creates), time.Since(t0), mkdirs, "", true, "")
+	add(mCreate, fmt.Sprintf("×%d, 16 in flight (as csi-provisioner sends them)", *creates), time.Since(t0), "",
+		vsBare(fmt.Sprintf("mkdir ×%d, one at a time", *creates), mkdirs))
 
 	// 2. DeleteVolume of a volume holding many files vs rm -rf.
 	waitPurged := func() {
@@ -250,8 +312,8 @@ func main() {
 		return ret, purge, time.Since(t0), perOp(purgeCalls, lab.NFSCalls()-c0, n)
 	}
 	ret, purge, rmrf, calls := purgeVsRm(big.GetVolumeId(), filepath.Join(bare, "bare-rm"), *files)
-	add(fmt.Sprintf("DeleteVolume of %d files: call returns", *files), ret, 0, "≤ 1s", false, "")
-	add(fmt.Sprintf("DeleteVolume of %d files: purged", *files), purge, rmrf, "vs rm -rf over NFS", true, calls)
+	add(mDelete, fmt.Sprintf("%d files: the call returns", *files), ret, "", vsIncumbent("rm -rf over NFS, in the call", rmrf))
+	add(mDelete, fmt.Sprintf("%d files: removed (in the background)", *files), purge, calls, vsBare("rm -rf over NFS", rmrf))
 
 	// 2b. The same through a proxy that holds every byte -far-delay each
 	// way: a server on the network, where each call waits on the wire.
@@ -277,10 +339,10 @@ func main() {
 		fill(filepath.Join(export, "pvc-far"), *farFiles, *perDir)
 		fill(filepath.Join(export, "far-rm"), *farFiles, *perDir)
 		_, farPurge, farRm, farCalls := purgeVsRm(far.GetVolume().GetVolumeId(), filepath.Join(farBare, "far-rm"), *farFiles)
-		add(fmt.Sprintf("DeleteVolume of %d files, server %s away: purged", *farFiles, *farDelay), farPurge, farRm,
-			"vs rm -rf over NFS", true, farCalls)
+		add(mFar(), fmt.Sprintf("DeleteVolume of %d files: removed (in the background)", *farFiles), farPurge, farCalls,
+			vsBare("rm -rf over NFS", farRm))
 		if *rounds > 0 {
-			b.farRows(farFlags, farBare, *farDelay, proxy.Port)
+			b.farRows(farFlags, farBare, *farDelay)
 		}
 		exec.Command("umount", farBare).Run()
 		proxy.Close()
@@ -309,7 +371,7 @@ func main() {
 			die(err)
 		}
 	}
-	add(fmt.Sprintf("NodePublishVolume, median of %d", *publishes), median(pub), median(mnt), "≤ 1.2× bare mount", true, "")
+	add(mPublish, fmt.Sprintf("median of %d", *publishes), median(pub), "", vsBare("mount -t nfs, as csi-driver-nfs publishes", median(mnt)))
 
 	b.copyRows(server, export, work)
 	reflinkRows(server, work)
@@ -317,6 +379,9 @@ func main() {
 	b.usageRows(fill)
 	if sc != nil {
 		sc.after()
+	}
+	if *farFiles > 0 && *rounds > 0 {
+		b.farV42Rows()
 	}
 
 	exec.Command("umount", bare).Run()
@@ -330,14 +395,20 @@ func main() {
 	printRows()
 }
 
-// printRows prints the table of the rows measured.
+// printRows prints the tables of the rows measured, as the page shows them.
 func printRows() {
 	fmt.Println()
-	fmt.Printf("| %-56s | %-12s | %-12s | %-7s | %-24s | %-18s |\n", "operation", "nfsdir", "baseline", "ratio", "target", "NFS calls/op")
-	fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 58), strings.Repeat("-", 14), strings.Repeat("-", 14), strings.Repeat("-", 9), strings.Repeat("-", 26), strings.Repeat("-", 20))
-	for _, r := range rows {
-		fmt.Printf("| %-56s | %-12s | %-12s | %-7s | %-24s | %-18s |\n", r.op, r.nfsdir, r.baseline, r.ratio, r.target, r.rpcs)
-	}
+	fmt.Println(report.Section(report.Run{Command: "bench", Date: "now", Commit: "this one", Machine: "this one", Rows: rows}))
+}
+
+// guest describes the lab guest: its kernel, vCPUs and memory.
+func guest() string {
+	var u unix.Utsname
+	unix.Uname(&u)
+	var si unix.Sysinfo_t
+	unix.Sysinfo(&si)
+	return fmt.Sprintf("Linux %s, %d vCPUs, %d MiB of memory, NFS %s over the guest's loopback", unix.ByteSliceToString(u.Release[:]),
+		runtime.NumCPU(), uint64(si.Totalram)*uint64(si.Unit)>>20, *vers)
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -2,8 +2,10 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -64,6 +67,35 @@ func TestClaimsBoundBench(t *testing.T) {
 			md.Seconds(), slices.Min(rw.deleted).Seconds(), slices.Max(rw.deleted).Seconds(), md.Seconds()/median(base.deleted).Seconds())
 	}
 	t.Log(b.String())
+	// The rows of docs/benchmarks.md (tests/bench/report reads them).
+	var u unix.Utsname
+	unix.Uname(&u)
+	t.Logf("BENCH-GUEST Linux %s, %d vCPUs, running the kubelet, the driver and the NFS server's pod; the control plane runs on the host",
+		unix.ByteSliceToString(u.Release[:]), runtime.NumCPU())
+	nfsdir, noop := rows[1], rows[0]
+	benchRow(t, fmt.Sprintf("%d claims created at once: all Bound, median of %d rounds", claims, rounds), median(nfsdir.bound), median(noop.bound))
+	benchRow(t, fmt.Sprintf("the %d claims deleted: all their volumes gone, median of %d rounds", claims, rounds), median(nfsdir.deleted), median(noop.deleted))
+}
+
+// benchRow logs one row of make bench-bound's table in the form of
+// tests/bench/report: nfsdir's time against the no-op driver's.
+func benchRow(t *testing.T, cs string, got, noop time.Duration) {
+	type base struct {
+		Kind    string  `json:"kind"`
+		What    string  `json:"what"`
+		Seconds float64 `json:"seconds"`
+	}
+	row := struct {
+		Measure string  `json:"measure"`
+		Case    string  `json:"case"`
+		Seconds float64 `json:"seconds"`
+		Against []base  `json:"against"`
+	}{"Claims to Bound in Kubernetes", cs, got.Seconds(), []base{{"a driver whose calls do nothing", "the same csi-provisioner", noop.Seconds()}}}
+	b, err := json.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("BENCH-ROW " + string(b))
 }
 
 func envInt(t *testing.T, name string, def int) int {
