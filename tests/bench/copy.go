@@ -51,7 +51,7 @@ func (b *bench) copyRows(server, export, work string) {
 	growTmpfs(export, 4**copyMiB+*copyMiB/2+64)
 	src := makeCopyTree(export, *copyFiles, *copyMiB)
 	defer os.RemoveAll(src)
-	what := fmt.Sprintf("%d files, %d MiB, NFSv%s", *copyFiles, *copyMiB, *copyVers)
+	what := fmt.Sprintf("%s files, %s MiB, NFSv%s", num(*copyFiles), num(*copyMiB), *copyVers)
 	cp, tgz := copyRowsThrough(export, filepath.Join(work, "copy-mnt"), server+":"+export, []string{"nfsvers=" + *copyVers}, what, true)
 	b.agentCopyRows(server, export, src, cp, tgz, what)
 	if *farFiles > 0 {
@@ -65,7 +65,7 @@ func (b *bench) copyRows(server, export, work string) {
 		defer proxy.Close()
 		copyRowsThrough(export, filepath.Join(work, "copy-far"), server+":"+export,
 			[]string{"nfsvers=3", "proto=tcp", "mountproto=tcp", "nolock", fmt.Sprintf("port=%d", proxy.Port)},
-			fmt.Sprintf("%d files, %d MiB, the server %g ms away", *copyFiles, *copyMiB, float64(*farDelay)/float64(time.Millisecond)), false)
+			fmt.Sprintf("%s files, %s MiB, the server %g ms away", num(*copyFiles), num(*copyMiB), float64(*farDelay)/float64(time.Millisecond)), false)
 	}
 }
 

@@ -312,8 +312,8 @@ func main() {
 		return ret, purge, time.Since(t0), perOp(purgeCalls, lab.NFSCalls()-c0, n)
 	}
 	ret, purge, rmrf, calls := purgeVsRm(big.GetVolumeId(), filepath.Join(bare, "bare-rm"), *files)
-	add(mDelete, fmt.Sprintf("%d files: the call returns", *files), ret, "", vsIncumbent("rm -rf over NFS, in the call", rmrf))
-	add(mDelete, fmt.Sprintf("%d files: removed (in the background)", *files), purge, calls, vsBare("rm -rf over NFS", rmrf))
+	add(mDelete, fmt.Sprintf("%s files: the call returns", num(*files)), ret, "", vsIncumbent("rm -rf over NFS, in the call", rmrf))
+	add(mDelete, fmt.Sprintf("%s files: removed (in the background)", num(*files)), purge, calls, vsBare("rm -rf over NFS", rmrf))
 
 	// 2b. The same through a proxy that holds every byte -far-delay each
 	// way: a server on the network, where each call waits on the wire.
@@ -339,7 +339,7 @@ func main() {
 		fill(filepath.Join(export, "pvc-far"), *farFiles, *perDir)
 		fill(filepath.Join(export, "far-rm"), *farFiles, *perDir)
 		_, farPurge, farRm, farCalls := purgeVsRm(far.GetVolume().GetVolumeId(), filepath.Join(farBare, "far-rm"), *farFiles)
-		add(mFar(), fmt.Sprintf("DeleteVolume of %d files: removed (in the background)", *farFiles), farPurge, farCalls,
+		add(mFar(), fmt.Sprintf("DeleteVolume of %s files: removed (in the background)", num(*farFiles)), farPurge, farCalls,
 			vsBare("rm -rf over NFS", farRm))
 		if *rounds > 0 {
 			b.farRows(farFlags, farBare, *farDelay)
@@ -377,11 +377,11 @@ func main() {
 	reflinkRows(server, work)
 	b.quotaRows(server, 20)
 	b.usageRows(fill)
-	if sc != nil {
-		sc.after()
-	}
 	if *farFiles > 0 && *rounds > 0 {
 		b.farV42Rows()
+	}
+	if sc != nil {
+		sc.after()
 	}
 
 	exec.Command("umount", bare).Run()
@@ -409,6 +409,15 @@ func guest() string {
 	unix.Sysinfo(&si)
 	return fmt.Sprintf("Linux %s, %d vCPUs, %d MiB of memory, NFS %s over the guest's loopback", unix.ByteSliceToString(u.Release[:]),
 		runtime.NumCPU(), uint64(si.Totalram)*uint64(si.Unit)>>20, *vers)
+}
+
+// num writes n with its thousands apart: 100,000.
+func num(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func median(ds []time.Duration) time.Duration {
