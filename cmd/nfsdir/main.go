@@ -28,6 +28,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/secdaemons"
 	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/version"
 )
@@ -110,6 +111,7 @@ func driverFlags(cfg *config.Config) (*pflag.FlagSet, driverFlagValues) {
 	fs.StringVar(&cfg.MountDefaults, "mount-options-default", cfg.MountDefaults, "mount options every publish gets unless the volume's options say otherwise (\"suid\" undoes \"nosuid\")")
 	fs.StringVar(&cfg.MountForced, "mount-options-forced", "", "mount options every publish gets; a volume option that undoes or changes one is refused")
 	fs.StringVar(&cfg.MountAllowed, "mount-options-allowed", "", "when set, the only mount option names a volume may use besides the forced ones (comma list, e.g. nfsvers,hard,timeo)")
+	fs.StringVar(&cfg.SecurityDaemonsProc, "security-daemons-proc", cfg.SecurityDaemonsProc, "the /proc searched for rpc.gssd before a Kerberos mount (sec=krb5, krb5i, krb5p): the host's /proc mounted into the pod when the host runs it")
 	fs.StringVar(&cfg.InlineAllow, "inline-volume-allow", "", "where CSI inline volumes may come from: a comma list of server:/path (read-only) and server:/path=rw; once given, even empty, nothing else is mounted inline")
 	fs.StringVar(&cfg.LogFormat, "logging-format", "text", "log format: text (klog) or json (one JSON object per line)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -166,7 +168,9 @@ func run(cfg config.Config) error {
 	syscall.Umask(0)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	d, err := csiserver.New(cfg, nfsmount.NewSystem())
+	m := nfsmount.NewSystem()
+	m.Daemons = secdaemons.NewSystem(cfg.SecurityDaemonsProc, secdaemons.DefaultWhere)
+	d, err := csiserver.New(cfg, m)
 	if err != nil {
 		return err
 	}

@@ -121,6 +121,10 @@ type Config struct {
 	// MountDefaults, MountForced and MountAllowed are the node's mount
 	// option policy as comma lists (see mountopts.Policy).
 	MountDefaults, MountForced, MountAllowed string
+	// SecurityDaemonsProc is the /proc searched for rpc.gssd before a
+	// Kerberos mount: the host's, mounted into the pod, when the host runs
+	// it; /proc when it runs beside nfsdir in the pod's processes.
+	SecurityDaemonsProc string
 }
 
 // InlinePolicy returns the allow-list of CSI inline volumes, or nil when
@@ -145,7 +149,7 @@ func Default() Config {
 	return Config{Endpoint: DefaultEndpoint, DriverName: DefaultDriverName, Mode: ModeAll,
 		StateDir: DefaultStateDir, DefaultOnDelete: params.Delete, MountTimeout: DefaultMountTimeout, PurgeWorkers: 4, ClaimLapse: DefaultClaimLapse,
 		CountEvery: DefaultCountEvery, CountRate: DefaultCountRate, CountWorkers: 2, CopyWorkers: 2, AbandonAfter: DefaultAbandonAfter,
-		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String()}
+		KubeletDir: DefaultKubeletDir, MountDefaults: mountopts.DefaultPolicy.Defaults.String(), SecurityDaemonsProc: "/proc"}
 }
 
 // Controller reports whether the controller service runs.

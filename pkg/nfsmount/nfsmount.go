@@ -25,7 +25,9 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
+	"github.com/nfsdir/nfsdir/pkg/mountsec"
 	"github.com/nfsdir/nfsdir/pkg/mounttable"
+	"github.com/nfsdir/nfsdir/pkg/secdaemons"
 )
 
 // Mounter is what the controller and node services need from the system.
@@ -72,7 +74,10 @@ type System struct {
 	// UnmountGrace is how long a plain unmount may take before the forced
 	// lazy detach.
 	UnmountGrace time.Duration
-	mountInfo    string
+	// Daemons checks, before a mount that asks for Kerberos or TLS, that
+	// the daemons the kernel will call for it are there (nil: no check).
+	Daemons   secdaemons.Checker
+	mountInfo string
 
 	mounting atomic.Int64 // mount(8) processes running
 
@@ -81,10 +86,12 @@ type System struct {
 	unmounting map[string]struct{} // targets with a plain umount2 in flight
 }
 
-// NewSystem returns a Mounter that runs mount(8) and umount2(2).
+// NewSystem returns a Mounter that runs mount(8) and umount2(2), and
+// looks for the daemons of secure mounts among the processes of /proc.
 func NewSystem() *System {
 	return &System{UnmountGrace: 10 * time.Second, mountInfo: "/proc/self/mountinfo",
-		probes: map[string]*probe{}, unmounting: map[string]struct{}{}}
+		Daemons: secdaemons.NewSystem("/proc", secdaemons.DefaultWhere),
+		probes:  map[string]*probe{}, unmounting: map[string]struct{}{}}
 }
 
 var _ Mounter = (*System)(nil)
@@ -94,11 +101,23 @@ var _ Mounter = (*System)(nil)
 // mount(8) exiting 0 is not proof (a helper that backgrounds itself exits 0
 // with nothing mounted). Options that let mount(8) return before the mount
 // is in place are refused, and "fg" comes last so that no configuration
-// file can turn it into a background mount.
+// file can turn it into a background mount. A mount that asks for
+// Kerberos (sec=) or TLS (xprtsec=) is refused at once when a daemon it
+// needs is missing, and unmounted when the mount table shows less security
+// than it asked for: FailedPrecondition either way.
 func (s *System) Mount(ctx context.Context, source, target string, options []string) error {
 	for _, o := range options {
 		if mountopts.Detaching(o) {
 			return fault.New(fault.InvalidArgument, "mount %q on %q: option %q is refused: it lets mount(8) succeed before anything is mounted", source, target, o)
+		}
+	}
+	sec, err := mountsec.Asked(options)
+	if err != nil {
+		return fault.Wrap(fault.InvalidArgument, err, "mount %q on %q", source, target)
+	}
+	if needs := sec.Needs(); len(needs) > 0 && s.Daemons != nil {
+		if err := s.Daemons.Check(ctx, needs); err != nil {
+			return fault.Wrap(fault.KindOf(err), err, "mount %q on %q with %s", source, target, sec)
 		}
 	}
 	args := []string{"-t", "nfs", "-o", strings.Join(append(append([]string(nil), options...), "fg"), ","), "--", source, target}
@@ -131,6 +150,14 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 		}
 		return fault.New(fault.Unavailable, "mount %q on %q: mount(8) exited 0 but the mount table shows %s there (output: %q)",
 			source, target, found, strings.TrimSpace(out))
+	}
+	if err := sec.Verify(mountsec.Mounted(e.Options)); err != nil {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.UnmountGrace+5*time.Second)
+		defer cancel()
+		if uerr := s.Unmount(uctx, target); uerr != nil {
+			klog.ErrorS(uerr, "unmounting a mount with less security than asked", "target", target)
+		}
+		return fault.Wrap(fault.FailedPrecondition, err, "mount %q on %q", source, target)
 	}
 	klog.V(4).InfoS("mounted", "source", source, "target", target, "options", strings.Join(options, ","), "took", time.Since(start).Round(time.Millisecond))
 	return nil

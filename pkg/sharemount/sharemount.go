@@ -249,11 +249,12 @@ func (m *Manager) mount(ctx context.Context, e export.Export, opts mountopts.Opt
 			if isDeadline(err) {
 				return nil, fault.Wrap(fault.DeadlineExceeded, err, "mounting share %s", e)
 			}
-			// A refused option (InvalidArgument) or refused access
-			// (PermissionDenied) is the operator's to fix and retrying
-			// will not help; anything else may be the server's.
+			// A refused option (InvalidArgument), refused access
+			// (PermissionDenied) or a missing daemon or security
+			// (FailedPrecondition) is the operator's to fix and
+			// retrying will not help; anything else may be the server's.
 			kind := fault.KindOf(err)
-			if kind != fault.InvalidArgument && kind != fault.PermissionDenied {
+			if kind != fault.InvalidArgument && kind != fault.PermissionDenied && kind != fault.FailedPrecondition {
 				kind = fault.Unavailable
 			}
 			return nil, fault.Wrap(kind, err, "mounting share %s (check server, share and mountOptions)", e)

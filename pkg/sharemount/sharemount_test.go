@@ -145,6 +145,17 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestMissingSecurityIsTheOperatorsToFix: a share mount refused for a
+// missing daemon or a fallback in security stays FailedPrecondition, which
+// csi-provisioner does not retry as if the server were away.
+func TestMissingSecurityIsTheOperatorsToFix(t *testing.T) {
+	m, f, e := setup(t)
+	f.MountErr[e.String()] = fault.New(fault.FailedPrecondition, "no tlshd listens for the kernel's TLS handshakes")
+	if _, err := m.Get(context.Background(), e, mountopts.Options{"xprtsec=tls"}); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "no tlshd") {
+		t.Errorf("share mount without tlshd: %v", err)
+	}
+}
+
 func TestStateDirectoryRemembersExportsAndOptions(t *testing.T) {
 	m, _, e := setup(t)
 	opts, _ := mountopts.Parse("nfsvers=4.2,sec=sys")

@@ -48,7 +48,8 @@ trap 'rm -rf "$work"' EXIT
 # taken from the host (same Debian release); the others are listed here.
 pkgs=("$kpkg" nfs-kernel-server nfs-common rpcbind mount
   libtirpc3 libevent-core-2.1-7 libnfsidmap1 libwrap0 libkeyutils1
-  xfsprogs libinih1 liburcu8 e2fsprogs libext2fs2 libcom-err2 libss2)
+  xfsprogs libinih1 liburcu8 e2fsprogs libext2fs2 libcom-err2 libss2
+  libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0)
 mkdir -p "$work/root"
 fetch_debs "$work/debs" "$work/pkgroot" "${pkgs[@]}" || die "apt-get download failed"
 
@@ -65,7 +66,7 @@ done
 # NFS and mount user space, with the shared libraries they load.
 copy_with_libs "$src" "$root" sbin/rpcbind sbin/rpc.statd sbin/sm-notify sbin/mount.nfs sbin/showmount \
   usr/sbin/rpc.nfsd usr/sbin/rpc.mountd usr/sbin/exportfs usr/sbin/nfsdcld \
-  usr/sbin/rpcinfo usr/sbin/nfsstat bin/mount bin/umount sbin/mkfs.xfs sbin/mke2fs || die "collecting user space failed"
+  usr/sbin/rpcinfo usr/sbin/nfsstat usr/sbin/rpc.gssd bin/mount bin/umount sbin/mkfs.xfs sbin/mke2fs || die "collecting user space failed"
 cp "$src/etc/mke2fs.conf" "$root/etc/mke2fs.conf" || die "e2fsprogs has no mke2fs.conf"
 for link in mount.nfs4 umount.nfs umount.nfs4; do ln -sf mount.nfs "$root/sbin/$link"; done
 
