@@ -355,7 +355,7 @@ func (b *bench) farRows(farFlags []string, farBare string, delay time.Duration) 
 	if err != nil {
 		die(err)
 	}
-	defer agent.Close()
+	_ = agent // it stays until the bench ends, as the server's proxy (see main)
 	m := mFar()
 	mk, rm, mkN, rmN := b.bareRoundIn(farBare)
 	vc := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: farFlags}},
@@ -386,7 +386,8 @@ func (b *bench) farV42Rows() {
 	if err != nil {
 		die(err)
 	}
-	defer proxy.Close()
+	// The proxy stays until the bench ends: the controller keeps its
+	// mount of the share through it (see main).
 	b.v42Rows(proxy.Port, map[string]string{"server": b.server, "share": b.export, "onDelete": "delete"})
 }
 
