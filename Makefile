@@ -342,7 +342,7 @@ clean:
 ## bench: measure nfsdir against csi-driver-nfs's method and the bare NFS operations in the lab,
 ## then write the tables of docs/benchmarks.md from what it measured (tests/bench/results.json
 ## keeps the run; not part of test). BENCH_ARGS sets the sizes (bin/bench -h lists them).
-BENCH_ARGS ?= -creates 100 -publishes 5 -copy-files 2000
+BENCH_ARGS ?= -files 20000 -creates 100 -publishes 5 -scale 5000 -stat-files 20000 -copy-files 1000
 # The commit measured, taken when the recipe starts: the tree may change during a run.
 BENCH_COMMIT = $(shell git rev-parse --short=12 HEAD)$(if $(shell git status --porcelain --untracked-files=no), with local changes)
 bench: lab-image
