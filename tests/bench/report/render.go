@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -47,7 +48,7 @@ func table(b *strings.Builder, rows []Row) {
 	calls := false
 	for _, r := range rows {
 		for _, a := range r.Against {
-			if !contains(kinds, a.Kind) {
+			if !slices.Contains(kinds, a.Kind) {
 				kinds = append(kinds, a.Kind)
 			}
 		}
@@ -96,15 +97,6 @@ func line(b *strings.Builder, cells []string) {
 		cells[i] = strings.ReplaceAll(c, "|", `\|`)
 	}
 	fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func find(bs []Base, kind string) (Base, bool) {
