@@ -32,7 +32,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs demo bench bench-bound lab-deps lab-image clean helm manifests image push k8s-bins k8s-all-bins k8s-kube-lane k8s-kube-bins k8s-other-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
+.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs test-secure demo bench bench-bound lab-deps lab-image clean helm manifests image push k8s-bins k8s-all-bins k8s-kube-lane k8s-kube-bins k8s-other-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
 
 all: build
 
@@ -47,7 +47,7 @@ build:
 ## nodes with the suite's specs across nodes (make e2e-multinode). The stages run one
 ## after another (tests/stages); it ends with a table of them (seconds, result, what
 ## passed and failed), also written to _output/test-timings.json.
-TEST_STAGES := check helm unit fuzz-short test-nfs e2e e2e-multinode
+TEST_STAGES := check helm unit fuzz-short test-nfs test-secure e2e e2e-multinode
 test:
 	$(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
 
@@ -124,6 +124,14 @@ test-nfs: lab-image
 test-nfs-sanity: lab-image
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
 	$(LAB_TEST) ./tests/sanity/ 2>&1 | tee bin/lab-test-sanity.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}
+
+## test-secure: NFS over TLS and Kerberos (tests/secure) in a lab guest made of Debian 13
+## (kernel 6.12, tlshd, a KDC, gssproxy, rpc.gssd): NFSDIR_LAB_RELEASE=trixie. One test alone:
+## make test-secure RUN=TestMutualTLSExport.
+test-secure: lab-deps
+	@NFSDIR_LAB_RELEASE=trixie tests/nfsvm/build-image.sh >/dev/null
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
+	NFSDIR_LAB_RELEASE=trixie $(LAB_TEST) -run '$(RUN)' ./tests/secure/ 2>&1 | tee bin/lab-test-secure.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}
 
 ## lab-deps: the host packages the lab needs (installed when missing; needs root).
 lab-deps:

@@ -206,3 +206,21 @@ func (s Security) Verify(m Mount) error {
 	}
 	return nil
 }
+
+// Refused says what to check when a server refuses a mount that asks for
+// s, or "" when s asks for no security of its own.
+func (s Security) Refused() string {
+	var parts []string
+	if s.TLS() {
+		parts = append(parts, "the node's tlshd certificates (its client certificate for xprtsec=mtls, its trust of the server's CA, "+
+			"the server's name in the server's certificate: the class must name the server by a name the certificate carries) and the export's xprtsec= option")
+	}
+	if slices.ContainsFunc(s.Flavors, Flavor.Kerberos) {
+		parts = append(parts, "the node's keytab (a principal the realm knows, with the realm's current key), "+
+			"rpc.gssd's log and the export's sec= option")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "the server refused a mount with " + s.String() + ": check " + strings.Join(parts, "; ")
+}

@@ -113,8 +113,9 @@ func TestVerifyRefusesAFallback(t *testing.T) {
 
 // FuzzAskedAndVerify: whatever the options, Asked either refuses them or
 // returns a security whose flavours and transport are ones the client
-// knows, that needs at most its two daemons, and that a mount with exactly
-// what it asks for passes.
+// knows, that needs at most its two daemons, that a mount with exactly
+// what it asks for passes, and that only a TLS mount is told of a plain
+// mount of its server.
 func FuzzAskedAndVerify(f *testing.F) {
 	for _, s := range []string{"sec=krb5p,xprtsec=mtls", "sec=krb5:sys", "xprtsec=tls,proto=udp", "proto=tcp6,xprtsec=tls", "sec=", "rw"} {
 		f.Add(s)
@@ -152,5 +153,41 @@ func FuzzAskedAndVerify(f *testing.F) {
 		if err := s.Verify(m); err != nil {
 			t.Fatalf("%q: a mount with what it asks for: %v", opts, err)
 		}
+		// A mount of the same server with exactly this transport security
+		// is never one to refuse it for.
+		same := Listed{Target: "/same", FsType: "nfs4", Options: []string{"addr=192.0.2.1", "xprtsec=" + string(m.Transport)}}
+		plain := Listed{Target: "/plain", FsType: "nfs4", Options: []string{"addr=192.0.2.1"}}
+		for _, l := range s.Sharing(o, []string{"192.0.2.1"}, []Listed{same, plain}) {
+			if l.Target != "/plain" || !s.TLS() {
+				t.Fatalf("%q: shares with %v", opts, l)
+			}
+		}
 	})
+}
+
+// TestRefusedNamesWhatToCheck: a refused secure mount names the
+// certificates or the keytab, whichever it asked for.
+func TestRefusedNamesWhatToCheck(t *testing.T) {
+	for opts, want := range map[string][]string{
+		"xprtsec=mtls":          {"certificate", "xprtsec="},
+		"sec=krb5i":             {"keytab", "rpc.gssd", "sec="},
+		"sec=sys:krb5p":         {"keytab"},
+		"sec=krb5,xprtsec=tls":  {"certificate", "keytab"},
+		"sec=sys":               nil,
+		"nfsvers=4.2,proto=tcp": nil,
+	} {
+		s, err := asked(t, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.Refused()
+		if (got == "") != (want == nil) {
+			t.Errorf("%s: %q", opts, got)
+		}
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q does not name %q", opts, got, w)
+			}
+		}
+	}
 }

@@ -56,3 +56,21 @@ func SourcePath(source string) string {
 	}
 	return source[i+1:]
 }
+
+// SourceHost returns the host part of an NFS mount source "host:/path"
+// ("[v6]:/path" for IPv6 literals, returned without brackets), or "" when
+// source has none.
+func SourceHost(source string) string {
+	if strings.HasPrefix(source, "[") {
+		i := strings.Index(source, "]:")
+		if i < 0 {
+			return ""
+		}
+		return source[1:i]
+	}
+	host, _, ok := strings.Cut(source, ":")
+	if !ok {
+		return ""
+	}
+	return host
+}

@@ -64,3 +64,18 @@ func FuzzUnescape(f *testing.F) {
 		}
 	})
 }
+
+func TestSourceHost(t *testing.T) {
+	for source, want := range map[string]string{
+		"nfs.example:/export/a": "nfs.example",
+		"127.0.0.1:/":           "127.0.0.1",
+		"[fd00::1]:/export":     "fd00::1",
+		"[fd00::1]/export":      "",
+		"/export":               "",
+		"":                      "",
+	} {
+		if got := SourceHost(source); got != want {
+			t.Errorf("SourceHost(%q) = %q, want %q", source, got, want)
+		}
+	}
+}

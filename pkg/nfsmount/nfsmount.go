@@ -103,8 +103,9 @@ var _ Mounter = (*System)(nil)
 // is in place are refused, and "fg" comes last so that no configuration
 // file can turn it into a background mount. A mount that asks for
 // Kerberos (sec=) or TLS (xprtsec=) is refused at once when a daemon it
-// needs is missing, and unmounted when the mount table shows less security
-// than it asked for: FailedPrecondition either way.
+// needs is missing or when the node's NFSv4 connection to the server has
+// other transport security, and unmounted when the mount table shows less
+// security than it asked for: FailedPrecondition in each case.
 func (s *System) Mount(ctx context.Context, source, target string, options []string) error {
 	for _, o := range options {
 		if mountopts.Detaching(o) {
@@ -119,6 +120,9 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 		if err := s.Daemons.Check(ctx, needs); err != nil {
 			return fault.Wrap(fault.KindOf(err), err, "mount %q on %q with %s", source, target, sec)
 		}
+	}
+	if err := s.sharedConnection(ctx, source, target, options, sec); err != nil {
+		return err
 	}
 	args := []string{"-t", "nfs", "-o", strings.Join(append(append([]string(nil), options...), "fg"), ","), "--", source, target}
 	cmd := exec.CommandContext(ctx, "mount", args...)
@@ -135,7 +139,11 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 		return fmt.Errorf("mount %q on %q: killed after %s: %w", source, target, time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
 	if err != nil {
-		return classifyMountFailure(fmt.Errorf("mount %q on %q: %v: %s", source, target, err, strings.TrimSpace(out)), out)
+		err = classifyMountFailure(fmt.Errorf("mount %q on %q: %v: %s", source, target, err, strings.TrimSpace(out)), out)
+		if hint := sec.Refused(); hint != "" && fault.Is(err, fault.PermissionDenied) {
+			err = fault.Wrap(fault.PermissionDenied, err, "%s", hint)
+		}
+		return err
 	}
 	e, err := s.Mounted(target)
 	if err != nil {
@@ -156,6 +164,10 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 		defer cancel()
 		if uerr := s.Unmount(uctx, target); uerr != nil {
 			klog.ErrorS(uerr, "unmounting a mount with less security than asked", "target", target)
+		}
+		if got := mountsec.Mounted(e.Options); sec.Transport != "" && got.Transport != sec.Transport {
+			return fault.Wrap(fault.FailedPrecondition, err, "mount %q on %q (Linux gives all NFSv4 mounts of a server on a node one connection: "+
+				"another mount of this server with %s, perhaps by another of its addresses, is the usual cause)", source, target, got)
 		}
 		return fault.Wrap(fault.FailedPrecondition, err, "mount %q on %q", source, target)
 	}

@@ -221,7 +221,9 @@ func setOwnerAndMode(root *os.Root, rec *Record) error {
 }
 
 // squashHint explains the usual cause of EPERM/EACCES on an NFS share.
-const squashHint = "; the NFS server refused it, most likely because the export squashes root (root_squash or all_squash in /etc/exports): use an export with no_root_squash for nfsdir's share, or make the share root writable by the squashed user"
+const squashHint = "; the NFS server refused it, most likely because the export squashes root (root_squash or all_squash in /etc/exports) " +
+	"or, with sec=krb5*, maps the controller's Kerberos principal to an unprivileged user: use an export with no_root_squash for nfsdir's share " +
+	"(and map the principal to root), or make the share root writable by the squashed user"
 
 // onShare wraps an error of a filesystem operation on the share, keeping
 // its kind and explaining permission errors.

@@ -27,7 +27,8 @@ type PKI struct {
 	CA             string
 	Server, Client CertFiles
 	// Issue signs a further certificate from tmpl (subject, usages,
-	// names) with the CA, written as name.crt and name.key.
+	// names; a validity of a day unless it sets NotAfter) with the CA,
+	// written as name.crt and name.key.
 	Issue func(name string, tmpl *x509.Certificate) (CertFiles, error)
 }
 
@@ -65,7 +66,9 @@ func MakePKI(dir string) (PKI, error) {
 	p.Issue = func(name string, tmpl *x509.Certificate) (CertFiles, error) {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		tmpl.SerialNumber, tmpl.KeyUsage = big.NewInt(time.Now().UnixNano()), x509.KeyUsageDigitalSignature
-		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+		if tmpl.NotAfter.IsZero() { // a template may ask for an expired certificate
+			tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+		}
 		if tmpl.Subject.CommonName == "" {
 			tmpl.Subject = pkix.Name{CommonName: name}
 		}
