@@ -646,3 +646,42 @@ func TestControllerStartsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerOnTheHostNetwork: controller.hostNetwork puts the
+// controller's pod in the host's network namespace (where the host's tlshd
+// and rpc.gssd serve its share mounts) with the host's /proc, read-only,
+// where nfsdir looks for rpc.gssd; by default the pod has its own network
+// and no host path.
+func TestControllerOnTheHostNetwork(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		spec := render(t, "nfsdir", []string{fmt.Sprintf("controller.hostNetwork=%v", on)}).deployments[0].Spec.Template.Spec
+		if spec.HostNetwork != on || (spec.DNSPolicy == corev1.DNSClusterFirstWithHostNet) != on {
+			t.Errorf("hostNetwork=%v: pod hostNetwork %v, dnsPolicy %q", on, spec.HostNetwork, spec.DNSPolicy)
+		}
+		c := container(t, spec, "nfsdir")
+		if hasArg(c, "--security-daemons-proc=/host/proc") != on {
+			t.Errorf("hostNetwork=%v: args %v", on, c.Args)
+		}
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/host/proc" {
+				mounted = m.ReadOnly
+				if !m.ReadOnly {
+					t.Errorf("/host/proc is writable")
+				}
+			}
+		}
+		hostPaths := 0
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				hostPaths++
+				if v.HostPath.Path != "/proc" {
+					t.Errorf("host path %s", v.HostPath.Path)
+				}
+			}
+		}
+		if mounted != on || (hostPaths == 1) != on {
+			t.Errorf("hostNetwork=%v: /host/proc mounted %v, %d host paths", on, mounted, hostPaths)
+		}
+	}
+}

@@ -35,8 +35,8 @@ copy_with_libs() {
   shift 2
   # The package tree's library directories, whatever the architecture
   # (x86_64-linux-gnu, aarch64-linux-gnu, ...).
-  libpath=$(ls -d "$tree"/lib/*-linux-gnu "$tree"/usr/lib/*-linux-gnu 2>/dev/null | paste -sd: -)
-  loader=$(ls "$tree"/usr/lib/*-linux-gnu/ld-linux*.so.* "$tree"/lib/*-linux-gnu/ld-linux*.so.* 2>/dev/null | head -n1)
+  libpath=$( (ls -d "$tree"/lib/*-linux-gnu "$tree"/usr/lib/*-linux-gnu 2>/dev/null || true) | paste -sd: -)
+  loader=$( (ls "$tree"/usr/lib/*-linux-gnu/ld-linux*.so.* "$tree"/lib/*-linux-gnu/ld-linux*.so.* 2>/dev/null || true) | head -n1)
   local -A libs=()
   for b in "$@"; do
     [ -f "$tree/$b" ] || { echo "package tree lacks $b" >&2; return 1; }
