@@ -42,6 +42,7 @@ const statsTimeout = 10 * time.Second
 type Node struct {
 	csi.UnimplementedNodeServer
 	nodeID       string
+	driverName   string // as kubelet records it in vol_data.json
 	mounter      nfsmount.Mounter
 	mountTimeout time.Duration
 	targets      targetpath.Rule // where targets may be

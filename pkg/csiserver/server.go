@@ -117,8 +117,9 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 			views = nil
 		}
 		d.views = views
-		node := &Node{nodeID: cfg.NodeID, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
+		node := &Node{nodeID: cfg.NodeID, driverName: cfg.DriverName, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
 			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views}
+		d.metrics.GaugeByLabel("nfsdir_node_volume_mounts", "This node's NFS mounts of volumes, by the security the mount table shows them with (sec=, xprtsec=).", "security", node.mountSecurity)
 		if views != nil {
 			file := cfg.ClaimsFile
 			if file == "" {

@@ -45,6 +45,9 @@ type Mounter interface {
 	// Targets returns the mount points where source is mounted, from the
 	// mount table only.
 	Targets(source string) ([]string, error)
+	// Table returns the mount table's entry at each mount point (the one
+	// on top), read once.
+	Table() (map[string]Entry, error)
 	// Probe stats path within ctx and returns its filesystem usage; a
 	// stale, dead or unreachable mount returns an error (ESTALE, EIO, a
 	// deadline) instead of blocking.
@@ -304,6 +307,19 @@ func (s *System) Mounted(target string) (*Entry, error) {
 		}
 	}
 	return found, nil
+}
+
+// Table reads the mount table once: the entry on top at each mount point.
+func (s *System) Table() (map[string]Entry, error) {
+	infos, err := s.table()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Entry, len(infos))
+	for _, mi := range infos {
+		out[mi.MountPoint] = Entry{Source: mi.Source, FsType: mi.FsType, Options: append(mi.MountOptions, mi.SuperOptions...)}
+	}
+	return out, nil
 }
 
 // Targets lists the mount points of source (compared by export path, as

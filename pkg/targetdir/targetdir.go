@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"golang.org/x/sys/unix"
 
@@ -144,6 +145,20 @@ func kind(mode uint32) string {
 // file, at most targetpath.MaxVolData bytes. Whether anything is mounted
 // at a target is the caller's to check. A Root rule has no such layout.
 func Published(r targetpath.Rule, volumeID string) []string {
+	var out []string
+	for target, id := range PublishedAll(r, "") {
+		if id == volumeID {
+			out = append(out, target)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PublishedAll returns the volume ID of every target, in the kubelet
+// layout of r, whose kubelet vol_data.json names the driver (any driver
+// when driver is ""), read as Published reads them.
+func PublishedAll(r targetpath.Rule, driver string) map[string]string {
 	pattern := r.VolumeDirGlob()
 	if pattern == "" {
 		return nil
@@ -152,38 +167,39 @@ func Published(r targetpath.Rule, volumeID string) []string {
 	if err != nil {
 		return nil
 	}
-	var out []string
+	out := map[string]string{}
 	for _, dir := range dirs {
 		t, err := r.Check(filepath.Join(dir, "mount"))
 		if err != nil {
 			continue
 		}
-		if h, err := volumeHandle(t); err == nil && h == volumeID {
-			out = append(out, t.Path())
+		if h, d, err := volData(t); err == nil && (driver == "" || d == driver) {
+			out[t.Path()] = h
 		}
 	}
 	return out
 }
 
-// volumeHandle reads the volume ID from the vol_data.json beside t.
-func volumeHandle(t targetpath.Target) (string, error) {
+// volData reads the volume ID and the driver's name from the
+// vol_data.json beside t.
+func volData(t targetpath.Target) (string, string, error) {
 	pfd, err := openParent(t)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	fd, err := unix.Openat(pfd, targetpath.VolDataFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	unix.Close(pfd)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	f := os.NewFile(uintptr(fd), targetpath.VolDataFile)
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", targetpath.VolDataFile)
+		return "", "", fmt.Errorf("%s is not a regular file", targetpath.VolDataFile)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, targetpath.MaxVolData))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return targetpath.VolumeHandle(b)
+	return targetpath.VolData(b)
 }

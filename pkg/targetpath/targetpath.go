@@ -107,14 +107,22 @@ const MaxVolData = 64 << 10
 // VolumeHandle returns the volume ID kubelet recorded in the contents of a
 // vol_data.json.
 func VolumeHandle(volData []byte) (string, error) {
+	h, _, err := VolData(volData)
+	return h, err
+}
+
+// VolData returns the volume ID and the driver's name kubelet recorded in
+// the contents of a vol_data.json (the name is "" when it names none).
+func VolData(volData []byte) (handle, driver string, err error) {
 	var d struct {
 		VolumeHandle string `json:"volumeHandle"`
+		DriverName   string `json:"driverName"`
 	}
 	if err := json.Unmarshal(volData, &d); err != nil {
-		return "", fmt.Errorf("%s: %w", VolDataFile, err)
+		return "", "", fmt.Errorf("%s: %w", VolDataFile, err)
 	}
 	if d.VolumeHandle == "" {
-		return "", fmt.Errorf("%s names no volumeHandle", VolDataFile)
+		return "", "", fmt.Errorf("%s names no volumeHandle", VolDataFile)
 	}
-	return d.VolumeHandle, nil
+	return d.VolumeHandle, d.DriverName, nil
 }

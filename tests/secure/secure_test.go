@@ -10,6 +10,8 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
@@ -33,8 +36,33 @@ func begin(t *testing.T) *lab.Client {
 	if lab.Release() != "trixie" {
 		t.Fatalf("the secure lab runs in the Debian 13 guest (make test-secure), not %s", lab.Release())
 	}
-	d := lab.StartDriver(t, nfsmount.NewSystem(), nil)
+	d := lab.StartDriver(t, nfsmount.NewSystem(), func(c *config.Config) { c.MetricsAddress = metricsAddress })
 	return lab.Connect(t, d.Endpoint)
+}
+
+// metricsAddress is where the driver of begin serves its metrics.
+const metricsAddress = "127.0.0.1:29700"
+
+// mountsMetric fails the test unless the driver's metrics count n mounts
+// with security sec.
+func mountsMetric(t *testing.T, sec string, n int) {
+	t.Helper()
+	resp, err := http.Get("http://" + metricsAddress + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := fmt.Sprintf("nfsdir_node_volume_mounts{security=%q} %d\n", sec, n)
+	if !strings.Contains(string(b), want) {
+		var got []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "nfsdir_node_volume_mounts{") {
+				got = append(got, l)
+			}
+		}
+		t.Errorf("metrics: want %q, have %q", want, got)
+	}
 }
 
 func params(share string) map[string]string {
@@ -156,6 +184,8 @@ func TestMutualTLSExport(t *testing.T) {
 	if line := lab.MountInfo(t, target); !strings.Contains(line, "xprtsec=mtls") {
 		t.Errorf("the node's mount: %s", line)
 	}
+	mountsMetric(t, "sec=sys,xprtsec=mtls", 1)
+	mountsMetric(t, "sec=sys,xprtsec=none", 1)
 	kept, seen = writeObserved(t, target, mark, 4<<20)
 	if seen < 4<<20 {
 		t.Errorf("the capture saw %d bytes of NFS payload for a 4 MiB write", seen)
@@ -192,6 +222,7 @@ func TestKerberosPrivacyExport(t *testing.T) {
 	if line := lab.MountInfo(t, target); !strings.Contains(line, "sec=krb5p") {
 		t.Errorf("the node's mount: %s", line)
 	}
+	mountsMetric(t, "sec=krb5p,xprtsec=none", 1)
 	mark := marker()
 	kept, seen := writeObserved(t, target, mark, 4<<20)
 	if seen < 4<<20 {

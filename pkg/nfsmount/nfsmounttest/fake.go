@@ -112,6 +112,17 @@ func (f *Fake) Mounted(target string) (*nfsmount.Entry, error) {
 	return nil, nil
 }
 
+// Table returns a copy of the fake mount table.
+func (f *Fake) Table() (map[string]nfsmount.Entry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]nfsmount.Entry, len(f.table))
+	for t, e := range f.table {
+		out[t] = e
+	}
+	return out, nil
+}
+
 // Targets lists the fake mount points of source.
 func (f *Fake) Targets(source string) ([]string, error) {
 	f.mu.Lock()
