@@ -174,7 +174,8 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 		}
 		return fault.Wrap(fault.FailedPrecondition, err, "mount %q on %q", source, target)
 	}
-	klog.V(4).InfoS("mounted", "source", source, "target", target, "options", strings.Join(options, ","), "took", time.Since(start).Round(time.Millisecond))
+	klog.V(4).InfoS("mounted", "source", source, "target", target, "options", strings.Join(options, ","),
+		"security", mountsec.Mounted(e.Options).String(), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -35,24 +35,35 @@ case $release in
   *) die "NFSDIR_LAB_RELEASE=$release: the lab is made of bookworm or trixie" ;;
 esac
 
-# Resolve the cloud kernel metapackage to its versioned package.
+# Resolve the cloud kernel metapackage to its versioned package, and the
+# image it makes.
 resolve() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
-kpkg=$(resolve || true)
-if [ -z "$kpkg" ] && { [ "$(id -u)" = 0 ] || [ -n "${APT_CONFIG:-}" ]; }; then
-  log "package lists of $release are empty or stale; running apt-get update"
-  apt-get update -qq >&2 || true
+locate() {
   kpkg=$(resolve || true)
-fi
-[ -n "$kpkg" ] || die "cannot resolve linux-image-cloud-amd64 of $release (run apt-get update)"
-kver=${kpkg#linux-image-}
-
-key=$( (echo "$release $kpkg"; cat "$here/build-image.sh" "$here/userspace.sh" "$here/init") | sha256sum | cut -c1-16)
-[ "$release" = bookworm ] || key=$release-$key
-img="$cache/image-$key"
-if [ -f "$img/initrd.gz" ] && [ -f "$img/vmlinuz" ]; then
+  kver=${kpkg#linux-image-}
+  key=$( (echo "$release $kpkg"; cat "$here/build-image.sh" "$here/userspace.sh" "$here/init") | sha256sum | cut -c1-16)
+  [ "$release" = bookworm ] || key=$release-$key
+  img="$cache/image-$key"
+}
+cached() { [ -n "$kpkg" ] && [ -f "$img/initrd.gz" ] && [ -f "$img/vmlinuz" ]; }
+locate
+if cached; then
   echo "$img"
   exit 0
 fi
+# Before a build the package lists are fetched again where they are the
+# lab's own (another release: what they name may have left the mirror
+# since) or empty (the host's, as root).
+if [ -n "${APT_CONFIG:-}" ] || { [ -z "$kpkg" ] && [ "$(id -u)" = 0 ]; }; then
+  log "fetching the package lists of $release"
+  apt-get update -qq >&2 || true
+  locate
+  if cached; then
+    echo "$img"
+    exit 0
+  fi
+fi
+[ -n "$kpkg" ] || die "cannot resolve linux-image-cloud-amd64 of $release (run apt-get update)"
 
 log "building lab image $key (kernel $kver)"
 work=$(mktemp -d "$cache/build.XXXXXX")
