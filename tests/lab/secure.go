@@ -169,10 +169,7 @@ func StartTLSHD(t testing.TB, c TLSHD) *Daemon {
 		t.Fatal(err)
 	}
 	d := StartDaemon(t, nil, "tlshd", "-s", "-c", conf)
-	time.Sleep(200 * time.Millisecond) // it joins the handshake family's multicast group
-	if !d.Running() {
-		t.Fatalf("tlshd ended at once:\n%s", d.Output())
-	}
+	d.waitReady(t, "join the kernel's handshake multicast group", func() bool { return inGenericNetlinkGroup(d.Pid()) })
 	return d
 }
 
@@ -252,6 +249,7 @@ func StartKDC(t testing.TB) *KDC {
 	k.Admin(t, "addprinc -randkey "+ClientPrincipal)
 	k.Admin(t, "ktadd -k "+k.ClientKeytab+" "+ClientPrincipal)
 	k.Daemon = StartDaemon(t, k.env, "krb5kdc", "-n", "-r", Realm)
+	k.Daemon.waitReady(t, "listen on port 88", func() bool { return listensOn(88) })
 	t.Cleanup(func() { os.Remove(k.ClientKeytab) })
 	return k
 }
@@ -320,7 +318,11 @@ func StartGSSProxy(t testing.TB, k *KDC) *Daemon {
 func StartGssd(t testing.TB) *Daemon {
 	t.Helper()
 	loadCrypto(t)
-	return StartDaemon(t, nil, "rpc.gssd", "-f", "-vvv", "-rrr", "-p", "/var/lib/nfs/rpc_pipefs")
+	const pipefs = "/var/lib/nfs/rpc_pipefs"
+	d := StartDaemon(t, nil, "rpc.gssd", "-f", "-vvv", "-rrr", "-p", pipefs)
+	// The kernel counts rpc.gssd as running once it opens a gssd pipe.
+	d.waitReady(t, "open the kernel's gssd pipe", func() bool { return holdsOpen(d.Pid(), pipefs+"/gssd") })
+	return d
 }
 
 // loadCrypto loads kernel TLS, RPCSEC_GSS's Kerberos mechanism and the
@@ -328,4 +330,55 @@ func StartGssd(t testing.TB) *Daemon {
 func loadCrypto(t testing.TB) {
 	t.Helper()
 	Sh(t, "for m in tls rpcsec_gss_krb5 gcm ghash_generic aes_generic ctr ccm chacha20poly1305 cts cbc hmac sha1_generic sha256_generic sha512_generic authenc cmac; do modprobe $m 2>/dev/null; done; modprobe tls")
+}
+
+// WaitNoNFSClients waits until the kernel has no NFS client of any server
+// left (the last unmount's client is freed), so that the next mount makes
+// a new one with a connection of its own.
+func WaitNoNFSClients(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/fs/nfsfs/servers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(strings.Split(strings.TrimSpace(string(b)), "\n")) <= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kernel still has NFS clients 30 s after the last unmount:\n%s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// NoServerState fails the test unless, once the kernel has no NFS client
+// left, the server holds no NFSv4 client record either: an unmount ends
+// its client's state on the server (DESTROY_CLIENTID), which needs the
+// credential the client was made with, so a test must unmount before it
+// stops the daemons that credential comes from. Records still held after
+// 30 s are expired, so that the next test begins with a server that knows
+// no client.
+func NoServerState(t testing.TB) {
+	t.Helper()
+	WaitNoNFSClients(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		infos, _ := filepath.Glob("/proc/fs/nfsd/clients/*/info")
+		if len(infos) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var held []string
+			for _, info := range infos {
+				b, _ := os.ReadFile(info)
+				held = append(held, string(b))
+				os.WriteFile(filepath.Join(filepath.Dir(info), "ctl"), []byte("expire\n"), 0)
+			}
+			t.Errorf("the server holds the state of %d NFSv4 clients 30 s after the last unmount (now expired):\n%s", len(infos), strings.Join(held, "\n"))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

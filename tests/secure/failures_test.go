@@ -38,21 +38,7 @@ func withDriver(t *testing.T, f func(c *lab.Client)) {
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), " nfs4 ") {
 		t.Fatalf("an NFS mount is left after the driver stopped:\n%s", b)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, err := os.ReadFile("/proc/fs/nfsfs/servers")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		if len(lines) <= 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the kernel still has NFS clients 30 s after the last unmount:\n%s", b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	lab.WaitNoNFSClients(t)
 }
 
 // createRefusedSoon calls CreateVolume on share with opts and fails the
@@ -124,9 +110,10 @@ func TestKerberosFailuresAreAnsweredSoon(t *testing.T) {
 		{"rpc.gssd stopped", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := begin(t)
+			guest(t)
 			kdc := lab.StartKDC(t)
 			lab.StartGSSProxy(t, kdc)
+			c := driver(t)
 			share := "/export-krb5-failing"
 			lab.AddExport(t, share, "sec=krb5:krb5i:krb5p")
 			opts := []string{"nfsvers=4.2", "sec=krb5i"}

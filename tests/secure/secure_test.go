@@ -28,14 +28,38 @@ import (
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
-// begin starts a test of the secure lab: it must run in a guest whose
-// kernel has RPC-with-TLS (6.5 or later) and the daemons.
+// begin starts a test of the secure lab (guest) with a driver (driver).
 func begin(t *testing.T) *lab.Client {
+	t.Helper()
+	guest(t)
+	return driver(t)
+}
+
+// guest starts a test of the secure lab: it must run in a guest whose
+// kernel has RPC-with-TLS (6.5 or later) and the daemons. When the test
+// ends, after everything it started has stopped, neither the kernel's NFS
+// client nor the server may keep state of it (lab.NoServerState). Daemons
+// a test's mounts need are started after guest and before driver, so that
+// the driver unmounts its shares while they still run.
+func guest(t *testing.T) {
 	t.Helper()
 	lab.Require(t)
 	if lab.Release() != "trixie" {
 		t.Fatalf("the secure lab runs in the Debian 13 guest (make test-secure), not %s", lab.Release())
 	}
+	t.Cleanup(func() {
+		lab.NoServerState(t)
+		if t.Failed() {
+			out, _ := exec.Command("sh", "-c", "dmesg | tail -n 30; cat /proc/fs/nfsfs/servers").CombinedOutput()
+			t.Logf("the kernel's log and NFS clients:\n%s", out)
+		}
+	})
+}
+
+// driver starts nfsdir's driver with its metrics at metricsAddress and
+// connects to it.
+func driver(t *testing.T) *lab.Client {
+	t.Helper()
 	d := lab.StartDriver(t, nfsmount.NewSystem(), func(c *config.Config) { c.MetricsAddress = metricsAddress })
 	return lab.Connect(t, d.Endpoint)
 }
@@ -205,10 +229,11 @@ func TestMutualTLSExport(t *testing.T) {
 // credential of the keytab, and what is written crosses the wire
 // encrypted.
 func TestKerberosPrivacyExport(t *testing.T) {
-	c := begin(t)
+	guest(t)
 	kdc := lab.StartKDC(t)
 	lab.StartGSSProxy(t, kdc)
 	lab.StartGssd(t)
+	c := driver(t)
 	lab.AddExport(t, "/export-krb5p", "sec=krb5p")
 	plainMountRefused(t, "/export-krb5p", "nfsvers=4.2,sec=sys")
 
