@@ -30,6 +30,29 @@ RUN apt-get update \
  && bash tests/k8s/nfsdir-rootfs.sh /rootfs \
  && rm -rf /var/lib/apt/lists/*
 
+# The daemons image (nfsdir-daemons, `docker build --target daemons`): the
+# chart's optional sidecars for NFS over TLS and Kerberos, tlshd and
+# rpc.gssd from Debian 13's packages (ktls-utils is not in Debian 12),
+# started by `nfsdir daemon` from a Secret's files.
+FROM debian:trixie-slim AS daemons-rootfs
+WORKDIR /src
+COPY tests/nfsvm/userspace.sh tests/nfsvm/userspace.sh
+COPY tests/k8s/daemons-rootfs.sh tests/k8s/daemons-rootfs.sh
+RUN apt-get update \
+ && bash tests/k8s/daemons-rootfs.sh /rootfs \
+ && rm -rf /var/lib/apt/lists/*
+
+FROM scratch AS daemons
+ARG VERSION=v0.1.0
+LABEL org.opencontainers.image.title="nfsdir-daemons" \
+      org.opencontainers.image.description="tlshd and rpc.gssd for nfsdir's NFS over TLS and Kerberos mounts" \
+      org.opencontainers.image.source="https://github.com/nfsdir/nfsdir" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
+COPY --from=daemons-rootfs /rootfs/ /
+COPY --from=build /out/nfsdir /nfsdir
+ENTRYPOINT ["/nfsdir", "daemon"]
+
 FROM scratch
 ARG VERSION=v0.1.0
 LABEL org.opencontainers.image.title="nfsdir" \

@@ -128,10 +128,14 @@ test-nfs-sanity: lab-image
 ## test-secure: NFS over TLS and Kerberos (tests/secure) in a lab guest made of Debian 13
 ## (kernel 6.12, tlshd, a KDC, gssproxy, rpc.gssd): NFSDIR_LAB_RELEASE=trixie. One test alone:
 ## make test-secure RUN=TestMutualTLSExport.
+## The secure lab also carries the daemons image's root file system (bin/lab-secure/daemons),
+## whose tlshd and rpc.gssd the chart's sidecars run.
 test-secure: lab-deps
 	@NFSDIR_LAB_RELEASE=trixie tests/nfsvm/build-image.sh >/dev/null
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	NFSDIR_LAB_RELEASE=trixie $(LAB_TEST) -run '$(RUN)' ./tests/secure/ 2>&1 | tee bin/lab-test-secure.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab-secure/nfsdir ./cmd/nfsdir
+	@[ -x bin/lab-secure/daemons/usr/sbin/tlshd ] && [ bin/lab-secure/daemons -nt tests/k8s/daemons-rootfs.sh ] || tests/k8s/daemons-rootfs.sh bin/lab-secure/daemons
+	cp bin/lab-secure/nfsdir bin/lab-secure/daemons/nfsdir
+	NFSDIR_LAB_RELEASE=trixie $(LAB_TEST:bin/lab=bin/lab-secure) -run '$(RUN)' ./tests/secure/ 2>&1 | tee bin/lab-test-secure.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}
 
 ## lab-deps: the host packages the lab needs (installed when missing; needs root).
 lab-deps:
@@ -339,10 +343,13 @@ manifests: $(HELM)
 ## image / push: multi-arch container image with docker buildx (needs a Docker engine).
 IMAGE ?= ghcr.io/nfsdir/nfsdir
 PLATFORMS ?= linux/amd64,linux/arm64
+## The daemons image ($(IMAGE)-daemons: tlshd and rpc.gssd) is the Dockerfile's daemons stage.
 image:
 	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(APP_VERSION) .
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --target daemons -t $(IMAGE)-daemons:$(APP_VERSION) .
 push:
 	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(APP_VERSION) --push .
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --target daemons -t $(IMAGE)-daemons:$(APP_VERSION) --push .
 
 clean:
 	rm -rf bin

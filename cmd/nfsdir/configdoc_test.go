@@ -30,6 +30,7 @@ func TestConfigurationPageNamesEveryFlag(t *testing.T) {
 		{"Server agent flags", agentFlags(&agentArgs{})},
 		{"nfsdir adopt flags", adoptFlags(&adoptArgs{})},
 		{"nfsdir migrate flags", migrateFlags(&migrateArgs{})},
+		{"nfsdir daemon flags", daemonFlags(&daemonArgs{})},
 	} {
 		text, ok := md.Section(string(page), c.section)
 		if !ok {

@@ -120,7 +120,7 @@ func driverFlags(cfg *config.Config) (*pflag.FlagSet, driverFlagValues) {
 }
 
 // subcommands are nfsdir's commands besides serving CSI, by name.
-var subcommands = map[string]func([]string, io.Writer) error{"adopt": runAdopt, "migrate": runMigrate, "agent": runAgent}
+var subcommands = map[string]func([]string, io.Writer) error{"adopt": runAdopt, "migrate": runMigrate, "agent": runAgent, "daemon": runDaemon}
 
 // formerNames are the former names of subcommands, accepted for one more
 // release.

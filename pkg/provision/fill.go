@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -262,17 +264,31 @@ func (fl Fills) unpacker(ctx context.Context, rec *Record, c treecopy.Copier) (f
 
 // openArchive opens the regular file rel of the share (a csi-driver-nfs
 // snapshot archive) without following any symlink: NotFound when it is not
-// there, FailedPrecondition when it is not a regular file.
+// there, FailedPrecondition when it is not a regular file. An archive
+// named .tar.gz may be there as a plain .tar instead (csi-driver-nfs
+// --enable-snapshot-compression=false makes those, under the same snapshot
+// ID); which one it is, Unpack tells from its content.
 func (fl Fills) openArchive(rel string) (int, error) {
 	root, err := fl.a.root.Open(".")
 	if err != nil {
 		return -1, err
 	}
 	defer root.Close()
-	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	names := []string{rel}
+	if plain, ok := strings.CutSuffix(rel, ".tar.gz"); ok {
+		names = append(names, plain+".tar")
+	}
+	fd := -1
+	for _, name := range names {
+		fd, err = unix.Openat2(int(root.Fd()), name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+		if !errors.Is(err, unix.ENOENT) {
+			rel = name
+			break
+		}
+	}
 	if errors.Is(err, unix.ENOENT) {
-		return -1, fault.New(fault.NotFound, "csi-driver-nfs snapshot archive %q does not exist on the share", rel)
+		return -1, fault.New(fault.NotFound, "csi-driver-nfs snapshot archive %s does not exist on the share", strings.Join(quoteAll(names), " or "))
 	}
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
 		return -1, fault.New(fault.FailedPrecondition, "csi-driver-nfs snapshot archive %q is reached through a symlink; nfsdir does not follow it", rel)
@@ -402,4 +418,13 @@ func openAt(dir *os.Root, name string) (int, error) {
 	}
 	defer d.Close()
 	return unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// quoteAll quotes each of names.
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
 }

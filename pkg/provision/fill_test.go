@@ -258,3 +258,36 @@ func TestArchiveRestoreKeepsToTheVolumeCapacity(t *testing.T) {
 		t.Errorf("the file was written anyway (%d bytes)", st.Size())
 	}
 }
+
+// A csi-driver-nfs snapshot made without compression is a plain .tar
+// where its ID names the .tar.gz: it is found and unpacked within the same
+// bounds; with neither there, the restore is NotFound naming both.
+func TestPlainTarArchiveIsRestored(t *testing.T) {
+	dir, a := newShare(t)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	data := []byte("plain tar, no gzip")
+	if err := tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	tw.Close()
+	if err := os.WriteFile(filepath.Join(dir, "snap.tar"), buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := req("pvc-restored", "pvc-restored", params.Delete)
+	r.Source = &Source{Archive: "snap.tar.gz"}
+	rec, err := a.Create(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Fills().Fill(context.Background(), idOf(rec), treecopy.Default); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "pvc-restored", "f")); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("restored %q, %v", b, err)
+	}
+	if _, err := a.Fills().openArchive("gone.tar.gz"); !fault.Is(err, fault.NotFound) || !strings.Contains(err.Error(), `"gone.tar"`) {
+		t.Errorf("no archive: %v, want NotFound naming both names", err)
+	}
+}

@@ -61,6 +61,7 @@ type rendered struct {
 	roles       []rbacv1.Role
 	roleBinds   []rbacv1.RoleBinding
 	snapClasses []volumeSnapshotClass
+	sccs        []scc
 	names       map[string]int // "Kind/namespace/name" -> count
 }
 
@@ -138,6 +139,8 @@ func render(t *testing.T, release string, set []string) *rendered {
 			decodeAppend(t, d, &r.roleBinds)
 		case "VolumeSnapshotClass":
 			decodeAppend(t, d, &r.snapClasses)
+		case "SecurityContextConstraints":
+			decodeAppend(t, d, &r.sccs)
 		default:
 			t.Errorf("unexpected kind %s", meta.Kind)
 		}

@@ -122,9 +122,8 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var froms int
-	var build, copyBin, entry, rootfsRun string
-	var final []string // instructions of the last stage
+	var build, copyBin, entry, rootfsRun, daemonsRun string
+	var stages [][]string // each stage's instructions, metadata left out
 	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -135,16 +134,16 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("unknown instruction %q", instr)
 		}
 		if instr == "FROM" {
-			final = nil
+			stages = append(stages, nil)
 		}
-		if instr != "ARG" && instr != "LABEL" { // metadata: no content
-			final = append(final, line)
+		if instr != "ARG" && instr != "LABEL" && len(stages) > 0 { // metadata: no content
+			stages[len(stages)-1] = append(stages[len(stages)-1], line)
 		}
 		switch {
-		case instr == "FROM":
-			froms++
 		case instr == "RUN" && strings.Contains(line, "tests/k8s/nfsdir-rootfs.sh"):
 			rootfsRun = line
+		case instr == "RUN" && strings.Contains(line, "tests/k8s/daemons-rootfs.sh"):
+			daemonsRun = line
 		case instr == "RUN" && strings.Contains(line, "go build"):
 			build = line
 		case instr == "COPY" && strings.Contains(line, "--from=build"):
@@ -153,8 +152,19 @@ func TestDockerfile(t *testing.T) {
 			entry = line
 		}
 	}
-	if froms != 3 {
-		t.Errorf("%d stages, want build, rootfs and runtime", froms)
+	if len(stages) != 5 {
+		t.Fatalf("%d stages, want build, rootfs, daemons-rootfs, daemons and runtime", len(stages))
+	}
+	final, daemons := stages[4], stages[3]
+	wantDaemons := []string{"FROM scratch AS daemons", "COPY --from=daemons-rootfs /rootfs/ /", "COPY --from=build /out/nfsdir /nfsdir", `ENTRYPOINT ["/nfsdir", "daemon"]`}
+	if strings.Join(daemons, "\n") != strings.Join(wantDaemons, "\n") {
+		t.Errorf("daemons stage:\n%s\nwant:\n%s", strings.Join(daemons, "\n"), strings.Join(wantDaemons, "\n"))
+	}
+	if !strings.Contains(daemonsRun, "bash tests/k8s/daemons-rootfs.sh /rootfs") {
+		t.Errorf("the daemons' root file system is not made by the lab's script: %q", daemonsRun)
+	}
+	if !strings.Contains(string(mk), "tests/k8s/daemons-rootfs.sh") || !strings.Contains(string(mk), "--target daemons") {
+		t.Error("the lab's daemons and make image are not made from tests/k8s/daemons-rootfs.sh and the daemons stage")
 	}
 	wantFinal := []string{"FROM scratch", "COPY --from=rootfs /rootfs/ /", "COPY --from=build /out/nfsdir /nfsdir", `ENTRYPOINT ["/nfsdir"]`}
 	if strings.Join(final, "\n") != strings.Join(wantFinal, "\n") {

@@ -34,8 +34,9 @@ func TestVersionsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(docker), "ARG VERSION=v"+release+"\n"); n != 2 {
-		t.Errorf("the Dockerfile's stages default to VERSION v%s %d times, want 2", release, n)
+	// The build stage, the daemons image and the nfsdir image.
+	if n, all := strings.Count(string(docker), "ARG VERSION=v"+release+"\n"), strings.Count(string(docker), "ARG VERSION="); n != 3 || all != n {
+		t.Errorf("the Dockerfile's stages default to VERSION v%s %d times of %d, want 3", release, n, all)
 	}
 	if !strings.Contains(string(docker), `org.opencontainers.image.licenses="Apache-2.0"`) || chart.Annotations["artifacthub.io/license"] != "Apache-2.0" {
 		t.Error("the image or the chart does not name the license, Apache-2.0")

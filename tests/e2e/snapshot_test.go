@@ -298,10 +298,11 @@ func TestSnapshotOnReflinkExportIsMetadataOnly(t *testing.T) {
 }
 
 // TestRestoreOfACSIDriverNFSSnapshot: a snapshot csi-driver-nfs took (its
-// very command, GNU tar -czf of the volume onto the share, and its
-// snapshot ID) restores into an nfsdir volume with the tree as the archive
-// holds it (times to the second, as GNU tar keeps them); the archive is
-// never removed; one reached through a symlink is refused.
+// very command, GNU tar -czf of the volume onto the share, or tar -cf for
+// an uncompressed one, and its snapshot ID) restores into an nfsdir volume
+// with the tree as the archive holds it (times to the second, as GNU tar
+// keeps them); the archive is never removed; one reached through a
+// symlink is refused.
 func TestRestoreOfACSIDriverNFSSnapshot(t *testing.T) {
 	lab.Require(t)
 	check := canaries(t)
@@ -314,28 +315,36 @@ func TestRestoreOfACSIDriverNFSSnapshot(t *testing.T) {
 	hostileTree(t, src)
 	must(t, os.MkdirAll(onExport("snapshot-legacy"), 0o755))
 	defer os.RemoveAll(onExport("snapshot-legacy"))
-	lab.Sh(t, "/opt/gnu/tar -C "+src+" -czf "+onExport("snapshot-legacy/legacy-src.tar.gz")+" .")
 	id := lab.Server() + "#" + strings.TrimPrefix(lab.Export(), "/") + "#snapshot-legacy#snapshot-legacy#legacy-src"
-	v, calls := createUntilDone(t, c, fromSource("pvc-from-legacy", vc, id, ""))
-	t.Logf("restored after %d calls", calls)
-	want, got := treecopytest.Describe(t, src), treecopytest.Describe(t, onExport("pvc-from-legacy"))
-	for p, e := range want {
-		g, ok := got[p]
-		if p == "." {
-			continue
+	// csi-driver-nfs archives with gzip by default and makes a plain tar
+	// with --enable-snapshot-compression=false, under the same ID.
+	for _, format := range []struct{ file, flags string }{{"legacy-src.tar.gz", "-czf"}, {"legacy-src.tar", "-cf"}} {
+		archive := onExport("snapshot-legacy/" + format.file)
+		lab.Sh(t, "/opt/gnu/tar -C "+src+" "+format.flags+" "+archive+" .")
+		name := "pvc-from-" + strings.ReplaceAll(format.file, ".", "-")
+		v, calls := createUntilDone(t, c, fromSource(name, vc, id, ""))
+		t.Logf("%s restored after %d calls", format.file, calls)
+		want, got := treecopytest.Describe(t, src), treecopytest.Describe(t, onExport(name))
+		for p, e := range want {
+			g, ok := got[p]
+			if p == "." {
+				continue
+			}
+			e.Mtime.Nsec, e.AllocatedBelow, g.AllocatedBelow = 0, 0, 0
+			if !ok || g != e {
+				t.Errorf("%s: %s:\n archived %+v\n restored %+v", format.file, p, e, g)
+			}
 		}
-		e.Mtime.Nsec, e.AllocatedBelow, g.AllocatedBelow = 0, 0, 0
-		if !ok || g != e {
-			t.Errorf("%s:\n archived %+v\n restored %+v", p, e, g)
+		if len(got) != len(want) {
+			t.Errorf("%s: restored %d entries, the archive holds %d", format.file, len(got), len(want))
 		}
+		c.Delete(t, v)
+		if !exists(archive) {
+			t.Errorf("the csi-driver-nfs archive %s is gone", format.file)
+		}
+		must(t, os.Remove(archive))
 	}
-	if len(got) != len(want) {
-		t.Errorf("restored %d entries, the archive holds %d", len(got), len(want))
-	}
-	c.Delete(t, v)
-	if !exists(onExport("snapshot-legacy/legacy-src.tar.gz")) {
-		t.Error("the csi-driver-nfs archive is gone")
-	}
+	lab.Sh(t, "/opt/gnu/tar -C "+src+" -cf "+onExport("snapshot-legacy/legacy-src.tar")+" .")
 	// An archive reached through a symlink is never opened.
 	must(t, os.Symlink(onExport("snapshot-legacy"), onExport("snapshot-link")))
 	defer os.Remove(onExport("snapshot-link"))

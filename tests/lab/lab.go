@@ -70,6 +70,7 @@ type Driver struct {
 	StateDir string
 	stop     context.CancelFunc
 	done     chan error
+	metrics  net.Addr // where its metrics are served, if anywhere
 }
 
 // StartDriver starts a driver in mode all with mounter m and returns when it
@@ -100,19 +101,21 @@ func StartDriver(t testing.TB, m nfsmount.Mounter, mutate func(*config.Config)) 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var metricsAddr net.Addr
 	if cfg.MetricsAddress != "" { // served as cmd/nfsdir does, until Stop
-		if _, err := metrics.Serve(ctx, cfg.MetricsAddress, d.HTTPHandler()); err != nil {
+		if metricsAddr, err = metrics.Serve(ctx, cfg.MetricsAddress, d.HTTPHandler()); err != nil {
 			cancel()
 			t.Fatal(err)
 		}
 	}
-	ld := &Driver{Endpoint: cfg.Endpoint, Socket: l.Addr().(*net.UnixAddr).Name, StateDir: cfg.StateDir, stop: cancel, done: make(chan error, 1)}
+	ld := &Driver{Endpoint: cfg.Endpoint, Socket: l.Addr().(*net.UnixAddr).Name, StateDir: cfg.StateDir, stop: cancel, done: make(chan error, 1), metrics: metricsAddr}
 	go func() { ld.done <- d.Serve(ctx, l) }()
 	t.Cleanup(ld.Stop)
 	return ld
 }
 
-// Stop stops the driver and waits for it.
+// Stop stops the driver and waits for it, and for its metrics address to
+// be free again (the next driver of a test serves there).
 func (d *Driver) Stop() {
 	if d.stop == nil {
 		return
@@ -120,6 +123,15 @@ func (d *Driver) Stop() {
 	d.stop()
 	<-d.done
 	d.stop = nil
+	if d.metrics == nil {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if l, err := net.Listen("tcp", d.metrics.String()); err == nil {
+			l.Close()
+			return
+		}
+	}
 }
 
 // Sh runs a shell command in the guest and fails the test when it fails.

@@ -95,3 +95,18 @@ func listensOn(port int) bool {
 	}
 	return false
 }
+
+// WaitTLSHD returns once the daemon (a tlshd, or a command that becomes
+// one) listens to the kernel's handshake requests.
+func (d *Daemon) WaitTLSHD(t testing.TB) {
+	t.Helper()
+	d.waitReady(t, "join the kernel's handshake multicast group", func() bool { return inGenericNetlinkGroup(d.Pid()) })
+}
+
+// WaitGssd returns once the daemon (an rpc.gssd, or a command that
+// becomes one) holds the kernel's gssd pipe of the rpc_pipefs at pipefs
+// open, which is when the kernel counts rpc.gssd as running.
+func (d *Daemon) WaitGssd(t testing.TB, pipefs string) {
+	t.Helper()
+	d.waitReady(t, "open the kernel's gssd pipe", func() bool { return holdsOpen(d.Pid(), pipefs+"/gssd") })
+}

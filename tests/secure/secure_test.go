@@ -37,10 +37,10 @@ func begin(t *testing.T) *lab.Client {
 
 // guest starts a test of the secure lab: it must run in a guest whose
 // kernel has RPC-with-TLS (6.5 or later) and the daemons. When the test
-// ends, after everything it started has stopped, neither the kernel's NFS
-// client nor the server may keep state of it (lab.NoServerState). Daemons
-// a test's mounts need are started after guest and before driver, so that
-// the driver unmounts its shares while they still run.
+// ends, after everything it started has stopped, the server forgets its
+// NFSv4 clients (lab.ForgetServerClients). Daemons a test's mounts need
+// are started after guest and before driver, so that the driver unmounts
+// its shares while they still run.
 func guest(t *testing.T) {
 	t.Helper()
 	lab.Require(t)
@@ -48,7 +48,7 @@ func guest(t *testing.T) {
 		t.Fatalf("the secure lab runs in the Debian 13 guest (make test-secure), not %s", lab.Release())
 	}
 	t.Cleanup(func() {
-		lab.NoServerState(t)
+		lab.ForgetServerClients(t)
 		if t.Failed() {
 			out, _ := exec.Command("sh", "-c", "dmesg | tail -n 30; cat /proc/fs/nfsfs/servers").CombinedOutput()
 			t.Logf("the kernel's log and NFS clients:\n%s", out)

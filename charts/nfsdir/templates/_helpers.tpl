@@ -96,3 +96,68 @@ periodSeconds: 2
 timeoutSeconds: 10
 failureThreshold: 150
 {{- end -}}
+
+{{/* The daemons of NFS over TLS and Kerberos (securityDaemons) as
+containers of the pod of component (node or controller): pass (dict "root"
+. "component" ...). `nfsdir daemon` writes tlshd's configuration from the
+Secret's files, or mounts the kernel's rpc_pipefs for rpc.gssd, and
+becomes the daemon. Both need privileges: tlshd takes the kernel's
+handshake requests (generic netlink, CAP_NET_ADMIN), rpc.gssd mounts
+rpc_pipefs. The node's tlshd also answers the handshakes of an NFS server
+on the node's network (tlshd.serverSecretName). */}}
+{{- define "nfsdir.securityDaemonContainers" -}}
+{{- $root := .root -}}
+{{- $d := $root.Values.securityDaemons -}}
+{{- $server := and (eq .component "node") $d.tlshd.serverSecretName -}}
+{{- range $name, $c := dict "tlshd" $d.tlshd "rpc.gssd" $d.gssd }}
+{{- $dir := replace "." "-" $name }}
+{{- if $c.enabled }}
+- name: {{ $dir }}
+  image: {{ include "nfsdir.image" (dict "image" $d.image "root" $root) }}
+  imagePullPolicy: {{ $d.image.pullPolicy }}
+  args:
+    - {{ $name }}
+    - --secret-dir=/etc/nfsdir/{{ $dir }}
+    {{- if and (eq $name "tlshd") $server }}
+    - --server-secret-dir=/etc/nfsdir/tlshd-server
+    {{- end }}
+    - --log-level={{ $c.logLevel }}
+  securityContext:
+    privileged: true
+  volumeMounts:
+    - name: {{ $dir }}-secret
+      mountPath: /etc/nfsdir/{{ $dir }}
+      readOnly: true
+    {{- if and (eq $name "tlshd") $server }}
+    - name: tlshd-server-secret
+      mountPath: /etc/nfsdir/tlshd-server
+      readOnly: true
+    {{- end }}
+  resources:
+    {{- toYaml $d.resources | nindent 4 }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The Secret volumes of nfsdir.securityDaemonContainers: pass the same
+dict. */}}
+{{- define "nfsdir.securityDaemonVolumes" -}}
+{{- $d := .root.Values.securityDaemons -}}
+{{- $secrets := dict -}}
+{{- if $d.tlshd.enabled }}{{ $_ := set $secrets "tlshd" (required "securityDaemons.tlshd.secretName: the Secret of tlshd's certificates" $d.tlshd.secretName) }}{{ end -}}
+{{- if and $d.tlshd.enabled (eq .component "node") $d.tlshd.serverSecretName }}{{ $_ := set $secrets "tlshd-server" $d.tlshd.serverSecretName }}{{ end -}}
+{{- if $d.gssd.enabled }}{{ $_ := set $secrets "rpc-gssd" (required "securityDaemons.gssd.secretName: the Secret of rpc.gssd's keytab" $d.gssd.secretName) }}{{ end -}}
+{{- range $name, $secret := $secrets }}
+- name: {{ $name }}-secret
+  secret:
+    secretName: {{ $secret }}
+    defaultMode: 0400
+{{- end }}
+{{- end -}}
+
+{{/* "true" when the pod of component (node or controller) runs the
+security daemons: pass the same dict. */}}
+{{- define "nfsdir.runsSecurityDaemons" -}}
+{{- $d := .root.Values.securityDaemons -}}
+{{- if and (index $d .component) (or $d.tlshd.enabled $d.gssd.enabled) -}}true{{- end -}}
+{{- end -}}
