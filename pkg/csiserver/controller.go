@@ -157,10 +157,16 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, toStatus(err)
 	}
 	klog.Infof("volume %q: %q on %s (onDelete=%s, mode %04o, %s)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode, rec.Source)
+	vctx := csiVolume(id, rec).VolumeContext
+	if cp.StrictOptions {
+		// A class's choice for the node's mounts: it goes in the PV's
+		// attributes, where NodePublishVolume finds it.
+		vctx[params.Spell(params.KeyStrictOptions)] = "true"
+	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      id.String(),
 		CapacityBytes: rec.CapacityBytes,
-		VolumeContext: csiVolume(id, rec).VolumeContext,
+		VolumeContext: vctx,
 		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
 }

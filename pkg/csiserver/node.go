@@ -55,8 +55,11 @@ type Node struct {
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
-	noView    map[string]time.Time       // export -> until when its records are not tried again
-	viewReads map[string]int             // export -> record reads in flight
+	// optionNotes: target -> how its mount differs from the options it
+	// asked for (checkOptions).
+	optionNotes map[string]string
+	noView      map[string]time.Time // export -> until when its records are not tried again
+	viewReads   map[string]int       // export -> record reads in flight
 }
 
 var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
@@ -231,6 +234,9 @@ func (s *Node) mountNew(ctx context.Context, req *csi.NodePublishVolumeRequest, 
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %q reachable?)", err, p.vol.Export.Server)
+		}
+		if err == nil {
+			err = s.checkOptions(ctx, p)
 		}
 	}
 	if err != nil {
@@ -496,7 +502,9 @@ func (s *Node) volumeStats(ctx context.Context, volumeID string, u nfsmount.Usag
 }
 
 // NodeGetVolumeHealth reports a published volume as INACCESSIBLE, with the
-// reason, when its mount is stale or its server does not answer. Without a
+// reason, when its mount is stale or its server does not answer, and as
+// DEGRADED when it is over its capacity or its mount did not get the
+// options it asked for (MountOptionsNotApplied). Without a
 // publish path it checks every target the volume is published on: those
 // this process published, and those kubelet records for it (so a restarted
 // plugin knows them too); each is checked against the mount table and
@@ -537,6 +545,10 @@ func (s *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 		case err != nil:
 			return nil, toStatus(err)
 		}
+		if h := s.optionHealth(p); h != nil && !seen[h.Reason] {
+			seen[h.Reason] = true
+			health.HealthStatuses = append(health.HealthStatuses, h)
+		}
 	}
 	if reachable != nil {
 		if st, ok := s.volumeStats(ctx, req.GetVolumeId(), *reachable); ok && st.Over != "" {
@@ -562,6 +574,7 @@ func (s *Node) track(volumeID, target string, published bool) {
 		return
 	}
 	delete(s.published[volumeID], target)
+	delete(s.optionNotes, target)
 	if len(s.published[volumeID]) == 0 {
 		delete(s.published, volumeID)
 	}

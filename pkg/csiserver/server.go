@@ -119,6 +119,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.views = views
 		node := &Node{nodeID: cfg.NodeID, driverName: cfg.DriverName, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
 			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views}
+		d.metrics.Gauge("nfsdir_node_mount_option_differences", "Volume mounts this node plugin made that did not get the mount options they asked for (the kernel's shared client or cache gave them another mount's).", node.optionDifferences)
 		d.metrics.GaugeByLabel("nfsdir_node_volume_mounts", "This node's NFS mounts of volumes, by the security the mount table shows them with (sec=, xprtsec=).", "security", node.mountSecurity)
 		if views != nil {
 			file := cfg.ClaimsFile

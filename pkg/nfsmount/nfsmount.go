@@ -59,6 +59,9 @@ type Entry struct {
 	Source  string
 	FsType  string
 	Options []string
+	// Device is the superblock's device number ("major:minor"): NFS mounts
+	// with the same one share the superblock, its cache and its options.
+	Device string
 }
 
 // Usage is the statfs result of a mounted filesystem.
@@ -304,7 +307,8 @@ func (s *System) Mounted(target string) (*Entry, error) {
 	for _, mi := range infos {
 		if mi.MountPoint == target {
 			// The last entry wins: it is the one on top.
-			found = &Entry{Source: mi.Source, FsType: mi.FsType, Options: append(mi.MountOptions, mi.SuperOptions...)}
+			e := entryOf(mi)
+			found = &e
 		}
 	}
 	return found, nil
@@ -318,9 +322,14 @@ func (s *System) Table() (map[string]Entry, error) {
 	}
 	out := make(map[string]Entry, len(infos))
 	for _, mi := range infos {
-		out[mi.MountPoint] = Entry{Source: mi.Source, FsType: mi.FsType, Options: append(mi.MountOptions, mi.SuperOptions...)}
+		out[mi.MountPoint] = entryOf(mi)
 	}
 	return out, nil
+}
+
+func entryOf(mi mountutils.MountInfo) Entry {
+	return Entry{Source: mi.Source, FsType: mi.FsType, Options: append(mi.MountOptions, mi.SuperOptions...),
+		Device: fmt.Sprintf("%d:%d", mi.Major, mi.Minor)}
 }
 
 // Targets lists the mount points of source (compared by export path, as

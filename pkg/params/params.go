@@ -35,6 +35,7 @@ const (
 	KeyQuotaAgent       = "quotaagent"
 	KeyCopyAgent        = "copyagent"
 	KeyKeepSetID        = "keepsetidonrestore"
+	KeyStrictOptions    = "strictmountoptions"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -44,16 +45,19 @@ const (
 // differs.
 var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
 	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
-	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore"}
+	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore", KeyStrictOptions: "strictMountOptions"}
 
 // The keys StorageClass parameters (createKeys) and volume attributes
 // (volumeKeys) may use.
 var (
 	createKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyPVCName, KeyPVCNamespace, KeyPVName}
+		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyStrictOptions, KeyPVCName, KeyPVCNamespace, KeyPVName}
 	volumeKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountOptions,
-		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID}
+		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID, KeyStrictOptions}
 )
+
+// Spell is key as the documentation spells it.
+func Spell(key string) string { return cmp.Or(spelling[key], key) }
 
 // Documented returns the keys operators set, as the documentation spells
 // them, for each kind of object: "StorageClass" parameters, "volume"
@@ -120,6 +124,10 @@ type Create struct {
 	// from a csi-driver-nfs archive writes (keepSetIDOnRestore); by
 	// default they are cleared.
 	KeepSetID bool
+	// StrictOptions makes a publish whose mount got other options than it
+	// asked for (strictMountOptions) an error; it goes to the node in the
+	// volume's attributes.
+	StrictOptions bool
 }
 
 // NeedsClaim reports whether the subDir template of StorageClass
@@ -195,6 +203,9 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 			return Create{}, fmt.Errorf("parameter \"keepSetIDOnRestore\" %q must be true or false", v)
 		}
 	}
+	if c.StrictOptions, err = parseBool(m, KeyStrictOptions, "parameter"); err != nil {
+		return Create{}, err
+	}
 	return c, nil
 }
 
@@ -212,6 +223,19 @@ func ParseEndpoint(v string) (string, error) {
 		return "", fmt.Errorf("%q: host %v", v, err)
 	}
 	return v, nil
+}
+
+// parseBool parses the boolean m[key], false when it is not there.
+func parseBool(m map[string]string, key, what string) (bool, error) {
+	v, ok := m[key]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s %q %q must be true or false", what, cmp.Or(spelling[key], key), v)
+	}
+	return b, nil
 }
 
 func parseID(m map[string]string, key string) (int, error) {
@@ -236,6 +260,9 @@ type Volume struct {
 	// Ephemeral is kubelet's mark of a CSI inline volume: a pod author,
 	// not a cluster administrator, chose its attributes.
 	Ephemeral bool
+	// StrictOptions: a mount that got other options than it asked for is
+	// an error (strictMountOptions).
+	StrictOptions bool
 }
 
 // KeyEphemeral is the attribute kubelet sets to "true" on CSI inline
@@ -267,6 +294,9 @@ func ParseVolume(attrs map[string]string) (Volume, error) {
 		return Volume{}, fmt.Errorf("volume attribute \"mountOptions\": %v", err)
 	}
 	v.Ephemeral = attrs[KeyEphemeral] == "true"
+	if v.StrictOptions, err = parseBool(m, KeyStrictOptions, "volume attribute"); err != nil {
+		return Volume{}, err
+	}
 	return v, nil
 }
 

@@ -187,3 +187,31 @@ func TestUnknownKeysListWhatTheCallerKnows(t *testing.T) {
 		t.Errorf("ParseVolume: %v", err)
 	}
 }
+
+func TestStrictMountOptions(t *testing.T) {
+	base := map[string]string{"server": "nfs.example", "share": "/export", "subDir": "v"}
+	with := func(v string) map[string]string {
+		m := map[string]string{"strictMountOptions": v}
+		for k, x := range base {
+			m[k] = x
+		}
+		return m
+	}
+	if c, err := ParseCreate(with("true"), nil); err != nil || !c.StrictOptions {
+		t.Errorf("StorageClass: %+v, %v", c, err)
+	}
+	if v, err := ParseVolume(with("TRUE")); err != nil || !v.StrictOptions {
+		t.Errorf("volume attribute: %+v, %v", v, err)
+	}
+	if v, err := ParseVolume(base); err != nil || v.StrictOptions {
+		t.Errorf("by default: %+v, %v", v, err)
+	}
+	for _, bad := range []string{"yes", "", "1x"} {
+		if _, err := ParseCreate(with(bad), nil); err == nil || !strings.Contains(err.Error(), "strictMountOptions") {
+			t.Errorf("StorageClass %q: %v", bad, err)
+		}
+		if _, err := ParseVolume(with(bad)); err == nil || !strings.Contains(err.Error(), "strictMountOptions") {
+			t.Errorf("volume attribute %q: %v", bad, err)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +30,12 @@ type Fake struct {
 	// MountDelay, when set, is how long Mount waits (without holding the
 	// fake's lock) before it mounts.
 	MountDelay time.Duration
+	// ShareCache makes mounts of one server share what the Linux client
+	// shares between them unless a mount asks for nosharecache: a later
+	// mount gets the timeo, retrans (its superblock's) and nconnect (its
+	// client's) of the first mount of the server that set them.
+	ShareCache bool
+	devices    int
 }
 
 var _ nfsmount.Mounter = (*Fake)(nil)
@@ -83,8 +91,57 @@ func (f *Fake) Mount(ctx context.Context, source, target string, options []strin
 	if err := os.Symlink(dir, target); err != nil {
 		return err
 	}
-	f.table[filepath.Clean(target)] = nfsmount.Entry{Source: source, FsType: "nfs4", Options: options}
+	e := nfsmount.Entry{Source: source, FsType: "nfs4", Options: options}
+	if f.ShareCache && !slices.Contains(options, "nosharecache") {
+		host := source[:strings.LastIndex(source, ":/")]
+		var mounts []nfsmount.Entry // host's, earliest (lowest device) first
+		for _, other := range f.table {
+			if strings.HasPrefix(other.Source, host+":/") && !slices.Contains(other.Options, "nosharecache") {
+				mounts = append(mounts, other)
+			}
+		}
+		slices.SortFunc(mounts, func(a, b nfsmount.Entry) int { return deviceNumber(a.Device) - deviceNumber(b.Device) })
+		for i := len(mounts) - 1; i >= 0; i-- {
+			e.Options = inherit(e.Options, mounts[i].Options, "timeo", "retrans", "nconnect")
+		}
+		if len(mounts) > 0 {
+			e.Device = mounts[0].Device
+		}
+	}
+	if e.Device == "" {
+		f.devices++
+		e.Device = fmt.Sprintf("0:%d", 100+f.devices)
+	}
+	f.table[filepath.Clean(target)] = e
 	return nil
+}
+
+// inherit is options with the values of keys that first has taken from
+// first.
+func inherit(options, first []string, keys ...string) []string {
+	had := map[string]string{}
+	for _, o := range first {
+		if k, _, _ := strings.Cut(o, "="); slices.Contains(keys, k) {
+			had[k] = o
+		}
+	}
+	var out []string
+	for _, o := range options {
+		if k, _, _ := strings.Cut(o, "="); had[k] == "" {
+			out = append(out, o)
+		}
+	}
+	for _, k := range keys {
+		if had[k] != "" {
+			out = append(out, had[k])
+		}
+	}
+	return out
+}
+
+func deviceNumber(dev string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(dev, "0:"))
+	return n
 }
 
 // Unmount replaces the symlink at target with an empty directory.
