@@ -207,7 +207,7 @@ func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeReq
 	}
 	preq = provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
 		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent,
-		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID}
+		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID, GIDRange: cp.GIDRange}
 	mut, err := params.ParseMutable(req.GetMutableParameters())
 	if err != nil {
 		return preq, cp, opts, invalid("VolumeAttributesClass: %v", err)

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/gidrange"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
 	"github.com/nfsdir/nfsdir/pkg/subdir"
@@ -36,6 +37,8 @@ const (
 	KeyCopyAgent        = "copyagent"
 	KeyKeepSetID        = "keepsetidonrestore"
 	KeyStrictOptions    = "strictmountoptions"
+	KeyGIDRangeStart    = "gidrangestart"
+	KeyGIDRangeEnd      = "gidrangeend"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -45,13 +48,14 @@ const (
 // differs.
 var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
 	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
-	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore", KeyStrictOptions: "strictMountOptions"}
+	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore", KeyStrictOptions: "strictMountOptions",
+	KeyGIDRangeStart: "gidRangeStart", KeyGIDRangeEnd: "gidRangeEnd"}
 
 // The keys StorageClass parameters (createKeys) and volume attributes
 // (volumeKeys) may use.
 var (
 	createKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyStrictOptions, KeyPVCName, KeyPVCNamespace, KeyPVName}
+		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyStrictOptions, KeyGIDRangeStart, KeyGIDRangeEnd, KeyPVCName, KeyPVCNamespace, KeyPVName}
 	volumeKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountOptions,
 		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID, KeyStrictOptions}
 )
@@ -128,6 +132,9 @@ type Create struct {
 	// asked for (strictMountOptions) an error; it goes to the node in the
 	// volume's attributes.
 	StrictOptions bool
+	// GIDRange gives each new volume a GID of its own from the range
+	// (gidRangeStart, gidRangeEnd), its directory's group, setgid.
+	GIDRange gidrange.Range
 }
 
 // NeedsClaim reports whether the subDir template of StorageClass
@@ -205,6 +212,15 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	}
 	if c.StrictOptions, err = parseBool(m, KeyStrictOptions, "parameter"); err != nil {
 		return Create{}, err
+	}
+	if c.GIDRange, err = gidrange.Parse(m[KeyGIDRangeStart], m[KeyGIDRangeEnd]); err != nil {
+		return Create{}, fmt.Errorf("parameters: %v", err)
+	}
+	if !c.GIDRange.None() && c.GID >= 0 {
+		return Create{}, fmt.Errorf("parameters \"gid\" and \"gidRangeStart\"/\"gidRangeEnd\" exclude each other: a volume's group is either the class's or one of the range")
+	}
+	if !c.GIDRange.None() && c.Shared {
+		return Create{}, fmt.Errorf("parameter \"gidRangeStart\" cannot give a GID of its own to a shared directory (allowSharedSubDir)")
 	}
 	return c, nil
 }

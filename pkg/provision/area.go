@@ -40,6 +40,7 @@ type Area struct {
 	usage     *os.Root // .nfsdir/usage, once opened (Figures.dir)
 	snapshots *os.Root // .nfsdir/snapshots, once opened (Snapshots.dir)
 	pending   *os.Root // .nfsdir/pending, once opened (Pending.dir)
+	gids      *os.Root // .nfsdir/gids, once opened (GIDs.dir)
 
 	agents   Agents // the agents on the share's server (Agents)
 	onServer bool   // opened on the server's own file system (OnServer)
@@ -320,7 +321,7 @@ func (a *Area) Close() error {
 	var errs []error
 	a.umu.Lock()
 	defer a.umu.Unlock()
-	for _, r := range []*os.Root{a.usage, a.snapshots, a.pending, a.volumes, a.parents, a.trash, a.nodes, a.meta} {
+	for _, r := range []*os.Root{a.usage, a.snapshots, a.pending, a.gids, a.volumes, a.parents, a.trash, a.nodes, a.meta} {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}

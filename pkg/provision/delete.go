@@ -178,6 +178,9 @@ func (a deletion) deleteAs(id volumeid.ID, policy params.OnDelete, known *Record
 		tail = append(tail, func() { a.removal().pruneParents(rec.SubDir) })
 	}
 	a.atOnce()(tail...)
+	if recErr == nil {
+		gidsOf(a.Area).Release(rec, id.Key, id.Token)
+	}
 	return purge, recErr
 }
 

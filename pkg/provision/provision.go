@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/gidrange"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
 	"github.com/nfsdir/nfsdir/pkg/volumeid"
@@ -53,6 +54,10 @@ type Request struct {
 	CopyAgent string
 	// KeepSetID keeps setuid and setgid bits in a restore from an archive.
 	KeepSetID bool
+	// GIDRange, when set, gives the volume a GID of the range that no live
+	// volume of the share holds (GIDs), as its directory's group, with the
+	// setgid bit; GID must then be -1.
+	GIDRange gidrange.Range
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -106,6 +111,18 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	}
 	rec := newRecord(req)
 	key := rec.Key()
+	// A GID of the class's range: the record's, on a retry; otherwise one
+	// claimed now, and given back unless a record of this call holds it.
+	claimed, err := gidsOf(a).give(&req, rec)
+	if err != nil {
+		return nil, err
+	}
+	held := false
+	defer func() {
+		if !held {
+			claimed.release()
+		}
+	}()
 	if req.Source != nil {
 		// Checked before the record: a volume whose source is missing
 		// leaves nothing behind. A replay finds its record and is not
@@ -116,32 +133,15 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 			}
 		}
 	}
-	err := writeRecordExclusive(a.records(), key, rec)
-	if errors.Is(err, fs.ErrExist) {
-		if old, rerr := readRecord(a.records(), key); rerr == nil && old != nil && old.Name != req.Name && a.creation().abandoned(old) {
-			klog.Warningf("volume %q: reclaiming subDir %q from volume %q, whose creation was abandoned at %s before its directory was made", req.Name, req.SubDir, old.Name, old.Created.Format(time.RFC3339))
-			a.seals().dropRecord(key, old)
-			err = writeRecordExclusive(a.records(), key, rec)
-		}
-	}
+	err = a.creation().writeRecord(key, req, rec)
 	fresh := err == nil
+	held = fresh
 	if errors.Is(err, fs.ErrExist) {
 		// A retry, a crash between the record and the directory, or another
 		// volume that owns the directory.
-		old, err := readRecord(a.records(), key)
-		if err != nil {
+		if rec, err = a.creation().existing(key, req); err != nil {
 			return nil, err
 		}
-		if old == nil {
-			return nil, fault.New(fault.Aborted, "volume %q is being deleted concurrently; retry", req.Name)
-		}
-		if old.Name != req.Name {
-			return nil, fault.New(fault.AlreadyExists, "subDir %q already belongs to volume %q; two volumes sharing a directory would delete each other's data (a StorageClass can allow it with allowSharedSubDir and onDelete: retain)", req.SubDir, old.Name)
-		}
-		if err := compatible(old, req); err != nil {
-			return nil, err
-		}
-		rec = old
 	} else if err != nil {
 		return nil, err
 	}
@@ -153,12 +153,48 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if err != nil && fresh && rec.FileID == 0 {
 		// Nothing was made for this record: leave no trace of it.
 		a.seals().dropRecord(key, rec)
+		held = false
 	}
 	if err != nil {
 		return nil, err
 	}
 	a.dirs.learn(rec)
 	return rec, nil
+}
+
+// existing is the record at key when it is the one req makes again (a
+// retry): Aborted when it is gone meanwhile, AlreadyExists when it is
+// another volume's or this one's with other parameters.
+func (a creation) existing(key string, req Request) (*Record, error) {
+	old, err := readRecord(a.records(), key)
+	if err != nil {
+		return nil, err
+	}
+	if old == nil {
+		return nil, fault.New(fault.Aborted, "volume %q is being deleted concurrently; retry", req.Name)
+	}
+	if old.Name != req.Name {
+		return nil, fault.New(fault.AlreadyExists, "subDir %q already belongs to volume %q; two volumes sharing a directory would delete each other's data (a StorageClass can allow it with allowSharedSubDir and onDelete: retain)", req.SubDir, old.Name)
+	}
+	if old.GIDFromRange && !req.GIDRange.None() {
+		req.GID, req.Mode = old.GID, old.Mode // the retry's GID is the record's
+	}
+	return old, compatible(old, req)
+}
+
+// writeRecord writes the record rec of req exclusively; a record at key
+// of another volume whose creation was abandoned before its directory
+// was made gives way to it.
+func (a creation) writeRecord(key string, req Request, rec *Record) error {
+	err := writeRecordExclusive(a.records(), key, rec)
+	if errors.Is(err, fs.ErrExist) {
+		if old, rerr := readRecord(a.records(), key); rerr == nil && old != nil && old.Name != req.Name && a.abandoned(old) {
+			klog.Warningf("volume %q: reclaiming subDir %q from volume %q, whose creation was abandoned at %s before its directory was made", req.Name, req.SubDir, old.Name, old.Created.Format(time.RFC3339))
+			a.seals().dropRecord(key, old)
+			err = writeRecordExclusive(a.records(), key, rec)
+		}
+	}
+	return err
 }
 
 // newRecord is the record of a new volume for req, not sealed yet.

@@ -99,13 +99,16 @@ type Record struct {
 	// recorded instead of Handle when an agent on the server made the
 	// directory (MakeVolume): a handle there is not the NFS one, so each
 	// side compares only the handle it can compute, and FileID always.
-	ServerHandle  string          `json:"serverHandle,omitempty"`
-	OnDelete      params.OnDelete `json:"onDelete"`
-	Mode          uint32          `json:"mode"`
-	UID           int             `json:"uid"` // -1: not changed
-	GID           int             `json:"gid"` // -1: not changed
-	CapacityBytes int64           `json:"capacityBytes"`
-	Created       time.Time       `json:"created"`
+	ServerHandle string          `json:"serverHandle,omitempty"`
+	OnDelete     params.OnDelete `json:"onDelete"`
+	Mode         uint32          `json:"mode"`
+	UID          int             `json:"uid"` // -1: not changed
+	GID          int             `json:"gid"` // -1: not changed
+	// GIDFromRange: GID was claimed from the class's range for this
+	// volume (GIDs), and is given back when it is deleted.
+	GIDFromRange  bool      `json:"gidFromRange,omitempty"`
+	CapacityBytes int64     `json:"capacityBytes"`
+	Created       time.Time `json:"created"`
 	// Options are the share mount options of the volume's ID ("" in
 	// records of an older nfsdir: a listing then uses the options the
 	// share is mounted with).
