@@ -132,3 +132,40 @@ func TestGIDRangeConcurrentCreates(t *testing.T) {
 		t.Errorf("%d GIDs for 40 volumes", len(got))
 	}
 }
+
+// oldAgent makes volumes as an agent without GID ranges would: through
+// its own Area, with the range dropped from the request.
+type oldAgent struct {
+	agentOn
+	area *Area
+}
+
+func (g *oldAgent) MakeVolume(ctx context.Context, endpoint string, m RemoteMake) (*Record, error) {
+	m.Request.GIDRange, m.Request.CopyAgent = gidrange.Range{}, ""
+	return g.area.Create(ctx, m.Request)
+}
+
+func (g *oldAgent) RemoveVolume(ctx context.Context, endpoint string, r RemoteRemove) (RemoteRemoved, error) {
+	return RemoteRemoved{}, nil
+}
+
+// TestGIDRangeThroughAnOldAgent: a volume an agent made without the GID
+// its class's range asks for is FailedPrecondition, never handed out.
+func TestGIDRangeThroughAnOldAgent(t *testing.T) {
+	dir, a := newShare(t)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := OpenArea(root, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	a.Agents().Use(&oldAgent{agentOn: agentOn{t: t, dir: dir}, area: server}, "/e")
+	q := rangeReq("pvc-old-agent", gidrange.Range{Start: 10, End: 20})
+	q.CopyAgent = "agent:1"
+	if _, err := a.Create(context.Background(), q); !fault.Is(err, fault.FailedPrecondition) {
+		t.Errorf("a volume made without its GID: %v, want FailedPrecondition", err)
+	}
+}

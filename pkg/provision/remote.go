@@ -158,6 +158,12 @@ func (g *Agents) make(ctx context.Context, req Request) (rec *Record, done bool,
 		klog.Warningf("volume %q: agent %s does not make it (%v): making it through the controller's mount", req.Name, req.CopyAgent, err)
 		return nil, false, nil
 	}
+	if err == nil && !req.GIDRange.None() && (rec == nil || !rec.GIDFromRange) {
+		// An agent of a version without GID ranges made the volume
+		// without one: refused rather than handed out without its GID.
+		return nil, true, fault.New(fault.FailedPrecondition, "volume %q: agent %s made it without a GID of the class's range %s (an agent older than the controller?): upgrade the agent",
+			req.Name, req.CopyAgent, req.GIDRange)
+	}
 	if err == nil {
 		g.remember(rec)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nfsdir/nfsdir/pkg/fault"
+	"github.com/nfsdir/nfsdir/pkg/gidrange"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/serveragent"
@@ -304,5 +305,23 @@ func TestThePoolTellsItsObserverOfEveryCall(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(calls, want) {
 		t.Errorf("observed %+v, want %+v", calls, want)
+	}
+}
+
+// TestTheAgentGivesAGIDOfTheRange: a volume of a class with a GID range
+// that the agent makes gets a GID of the range, as its directory's group.
+func TestTheAgentGivesAGIDOfTheRange(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	pool, endpoint := serveAgent(t, serveragent.Config{CopyExports: []serveragent.Export{{Share: "/e", Dir: dir}}, FirstProject: 1, LastProject: 9})
+	controllerArea(t, dir, nil).Close()
+	rec, err := pool.MakeVolume(ctx, endpoint, provision.RemoteMake{Share: "/e", Request: provision.Request{Name: "pvc-g", SubDir: "pvc-g",
+		OnDelete: params.Delete, Mode: 0o770, UID: -1, GID: -1, CopyAgent: endpoint, GIDRange: gidrange.Range{Start: 4000, End: 4009}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "pvc-g"))
+	if !rec.GIDFromRange || rec.GID < 4000 || rec.GID > 4009 || err != nil || int(st.Sys().(*syscall.Stat_t).Gid) != rec.GID || st.Mode()&os.ModeSetgid == 0 {
+		t.Errorf("record %+v, directory %v %v", rec, st, err)
 	}
 }
