@@ -368,16 +368,18 @@ bench: lab-image
 ## bench-bound: BENCH_CLAIMS claims created at once in the Kubernetes lab (single node, control
 ## plane on the host), the time until all are Bound and until all are deleted and gone, for
 ## nfsdir's class and for a driver whose CreateVolume returns at once (tests/k8s/images/noopcsi)
-## behind the same csi-provisioner: the ratio is what nfsdir adds; writes its table of
-## docs/benchmarks.md (not part of test).
+## behind the same csi-provisioner: the ratio is what nfsdir adds; then a pod's start on a
+## volume of BENCH_FSGROUP_FILES files for each fsGroup policy against a pod without fsGroup;
+## writes its tables of docs/benchmarks.md (not part of test).
 BENCH_CLAIMS ?= 200
 BENCH_ROUNDS ?= 2
+BENCH_FSGROUP_FILES ?= 10000
 bench-bound: SUITE_OUT = bin/bench-bound-out
 bench-bound: lab-image $(HELM)
 	$(call E2E_PAYLOAD,bin/bench-bound)
 	cd tests/k8s && $(GO) build -o $(CURDIR)/bin/k8s-tools/noopcsi ./images/noopcsi
 	$(IMAGEBUILD) -o bin/bench-bound/images/noopcsi.tar -tag lab.local/noopcsi:lab -entrypoint /noopcsi -file bin/k8s-tools/noopcsi:/noopcsi
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/bench-bound $(E2E_ENV) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='TestClaimsBoundBench' \
-		NFSDIR_E2E_BENCH=1 NFSDIR_BENCH_CLAIMS=$(BENCH_CLAIMS) NFSDIR_BENCH_ROUNDS=$(BENCH_ROUNDS) NFSDIR_LAB_TIMEOUT=2700 \
+		NFSDIR_E2E_BENCH=1 NFSDIR_BENCH_CLAIMS=$(BENCH_CLAIMS) NFSDIR_BENCH_ROUNDS=$(BENCH_ROUNDS) NFSDIR_BENCH_FSGROUP_FILES=$(BENCH_FSGROUP_FILES) NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/bench-bound.log; exit $${PIPESTATUS[0]}
-	$(GO) run ./tests/bench/page -log bin/bench-bound.log -command "make bench-bound" -args "BENCH_CLAIMS=$(BENCH_CLAIMS) BENCH_ROUNDS=$(BENCH_ROUNDS)" -commit "$(BENCH_COMMIT)"
+	$(GO) run ./tests/bench/page -log bin/bench-bound.log -command "make bench-bound" -args "BENCH_CLAIMS=$(BENCH_CLAIMS) BENCH_ROUNDS=$(BENCH_ROUNDS) BENCH_FSGROUP_FILES=$(BENCH_FSGROUP_FILES)" -commit "$(BENCH_COMMIT)"

@@ -31,7 +31,8 @@ const noopDriver = "noop.csi.lab"
 // the same csi-provisioner with the same flags and rights. The second is
 // what the provisioner and the API server alone cost; the ratio is what
 // nfsdir adds. It measures the deletions too: claims deleted, their
-// volumes gone.
+// volumes gone; and then a pod's start on a volume of many files for
+// each fsGroup policy (fsGroupStarts).
 func TestClaimsBoundBench(t *testing.T) {
 	if os.Getenv("NFSDIR_LAB") != "1" || os.Getenv("NFSDIR_E2E_BENCH") != "1" {
 		t.Skip("runs in the lab guest: make bench-bound")
@@ -73,24 +74,27 @@ func TestClaimsBoundBench(t *testing.T) {
 	t.Logf("BENCH-GUEST Linux %s, %d vCPUs, running the kubelet, the driver and the NFS server's pod; the control plane runs on the host",
 		unix.ByteSliceToString(u.Release[:]), runtime.NumCPU())
 	nfsdir, noop := rows[1], rows[0]
-	benchRow(t, fmt.Sprintf("%d claims created at once: all Bound, median of %d rounds", claims, rounds), median(nfsdir.bound), median(noop.bound))
-	benchRow(t, fmt.Sprintf("the %d claims deleted: all their volumes gone, median of %d rounds", claims, rounds), median(nfsdir.deleted), median(noop.deleted))
+	const measure, kind, what = "Claims to Bound in Kubernetes", "a driver whose calls do nothing", "the same csi-provisioner"
+	benchRow(t, measure, fmt.Sprintf("%d claims created at once: all Bound, median of %d rounds", claims, rounds), median(nfsdir.bound), kind, what, median(noop.bound))
+	benchRow(t, measure, fmt.Sprintf("the %d claims deleted: all their volumes gone, median of %d rounds", claims, rounds), median(nfsdir.deleted), kind, what, median(noop.deleted))
+	c.fsGroupStarts(envInt(t, "NFSDIR_BENCH_FSGROUP_FILES", 10000), rounds)
 }
 
-// benchRow logs one row of make bench-bound's table in the form of
-// tests/bench/report: nfsdir's time against the no-op driver's.
-func benchRow(t *testing.T, cs string, got, noop time.Duration) {
-	type base struct {
+// benchRow logs one row of make bench-bound's tables in the form of
+// tests/bench/report: nfsdir's time for a case of a measure against a
+// base (kind names its column, what says what ran).
+func benchRow(t *testing.T, measure, cs string, got time.Duration, kind, what string, base time.Duration) {
+	type against struct {
 		Kind    string  `json:"kind"`
 		What    string  `json:"what"`
 		Seconds float64 `json:"seconds"`
 	}
 	row := struct {
-		Measure string  `json:"measure"`
-		Case    string  `json:"case"`
-		Seconds float64 `json:"seconds"`
-		Against []base  `json:"against"`
-	}{"Claims to Bound in Kubernetes", cs, got.Seconds(), []base{{"a driver whose calls do nothing", "the same csi-provisioner", noop.Seconds()}}}
+		Measure string    `json:"measure"`
+		Case    string    `json:"case"`
+		Seconds float64   `json:"seconds"`
+		Against []against `json:"against"`
+	}{measure, cs, got.Seconds(), []against{{kind, what, base.Seconds()}}}
 	b, err := json.Marshal(row)
 	if err != nil {
 		t.Fatal(err)
