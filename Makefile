@@ -32,7 +32,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 
 export CGO_ENABLED := 0
 
-.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs test-secure demo bench bench-bound lab-deps lab-image clean helm manifests image push k8s-bins k8s-all-bins k8s-kube-lane k8s-kube-bins k8s-other-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode
+.PHONY: all build test e2e-payload test-quick fuzz-smoke test-nfs-sanity check unit fuzz-short fuzz test-nfs test-secure demo bench bench-bound lab-deps lab-image clean helm manifests image push k8s-bins k8s-all-bins k8s-kube-lane k8s-kube-bins k8s-other-bins k8s-e2e-bins lab-images e2e-smoke e2e e2e-storage e2e-multinode e2e-secure
 
 all: build
 
@@ -44,10 +44,11 @@ build:
 ## (csi-sanity and e2e in the qemu guest), the Kubernetes end-to-end scenarios on one node
 ## followed by Kubernetes' own storage suite with one spec of each kind (make e2e;
 ## tests/k8s quickSpecs; `make e2e-storage` runs all of them) and the scenarios on two
-## nodes with the suite's specs across nodes (make e2e-multinode). The stages run one
+## nodes with the suite's specs across nodes (make e2e-multinode), and NFS over TLS and
+## Kerberos on a Kubernetes node of Debian 13 (make e2e-secure). The stages run one
 ## after another (tests/stages); it ends with a table of them (seconds, result, what
 ## passed and failed), also written to _output/test-timings.json.
-TEST_STAGES := check helm unit fuzz-short test-nfs test-secure e2e e2e-multinode
+TEST_STAGES := check helm unit fuzz-short test-nfs test-secure e2e e2e-multinode e2e-secure
 test:
 	$(GO) run ./tests/stages -json _output/test-timings.json -make '$(MAKE)' $(TEST_STAGES)
 
@@ -298,6 +299,24 @@ e2e: lab-image $(HELM)
 	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e $(E2E_ENV) $(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='$(E2E_RUN)' \
 		NFSDIR_E2E_K8S=1 NFSDIR_LAB_TIMEOUT=2700 \
 		$(GO) test -count=1 -v -timeout 45m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e.log; exit $${PIPESTATUS[0]}
+
+## e2e-secure: NFS over TLS and Kerberos on Kubernetes (tests/k8s TestSecureDriverOnKubernetes):
+## a single-node cluster in a lab guest made of Debian 13 (kernel 6.12), whose own kernel NFS
+## server exports a share that allows only xprtsec=mtls and one that allows only sec=krb5p
+## (a KDC and gssproxy in the guest); the chart runs tlshd and rpc.gssd from the
+## nfsdir-daemons image (lab.local/nfsdir-daemons:lab) with Secrets of certificates and a keytab.
+E2E_SECURE_RUN ?= TestSecureDriverOnKubernetes
+e2e-secure: SUITE_OUT = bin/e2e-secure-out
+e2e-secure: lab-deps $(HELM)
+	@NFSDIR_LAB_RELEASE=trixie tests/nfsvm/build-image.sh >/dev/null
+	$(call E2E_PAYLOAD,bin/e2e-secure)
+	@[ -x bin/images/daemons-rootfs/usr/sbin/tlshd ] && [ bin/images/daemons-rootfs -nt tests/k8s/daemons-rootfs.sh ] || \
+		{ rm -rf bin/images/daemons-rootfs && tests/k8s/daemons-rootfs.sh bin/images/daemons-rootfs; }
+	$(IMAGEBUILD) -o bin/e2e-secure/images/nfsdir-daemons.tar -tag lab.local/nfsdir-daemons:lab -entrypoint "/nfsdir daemon" \
+		-file bin/lab/nfsdir:/nfsdir -tree bin/images/daemons-rootfs:/
+	cd tests/k8s && NFSDIR_LAB_BIN=$(CURDIR)/bin/e2e-secure NFSDIR_LAB_RELEASE=trixie NFSDIR_LAB_MEM=6144 NFSDIR_LAB_TCG=multi \
+		$(HOST_PLANE_ENV) NFSDIR_E2E_GUEST_RUN='$(E2E_SECURE_RUN)' NFSDIR_E2E_SECURE=1 NFSDIR_LAB_TIMEOUT=1800 \
+		$(GO) test -count=1 -v -timeout 30m -run TestHostPlane . 2>&1 | tee $(CURDIR)/bin/e2e-secure.log; exit $${PIPESTATUS[0]}
 
 ## e2e-multinode: a two-node cluster, its control plane on the host. The first lab guest
 ## runs node lab-node and the NFS server pod; a second guest (run.sh's peer, joined by qemu's

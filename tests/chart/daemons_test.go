@@ -14,7 +14,8 @@ import (
 // the directory its --secret-dir names; the controller's pod shares its
 // process namespace (nfsdir looks for rpc.gssd among its processes) unless
 // it is on the host's network, where it searches the host's. The node's
-// tlshd also takes the server's certificates of serverSecretName. Without
+// tlshd also takes the server's certificates of serverSecretName; the
+// controller's pod resolves the servers of controller.hostAliases. Without
 // them, no such container or volume is rendered; a daemon enabled without
 // its Secret is refused by the schema.
 func TestSecurityDaemons(t *testing.T) {
@@ -81,6 +82,13 @@ func TestSecurityDaemons(t *testing.T) {
 	hostNet := render(t, "nfsdir", append(on, "controller.hostNetwork=true")).deployments[0].Spec.Template.Spec
 	if hostNet.ShareProcessNamespace != nil || !hasArg(container(t, hostNet, "nfsdir"), "--security-daemons-proc=/host/proc") {
 		t.Errorf("on the host's network the controller searches the host's processes")
+	}
+	aliased := render(t, "nfsdir", append(on, "controller.hostAliases[0].ip=192.0.2.7", "controller.hostAliases[0].hostnames[0]=nfs.example.com")).deployments[0].Spec.Template.Spec
+	if len(aliased.HostAliases) != 1 || aliased.HostAliases[0].IP != "192.0.2.7" || strings.Join(aliased.HostAliases[0].Hostnames, ",") != "nfs.example.com" {
+		t.Errorf("controller.hostAliases: the pod has %+v", aliased.HostAliases)
+	}
+	if len(ctrl.HostAliases) != 0 {
+		t.Errorf("by default the controller has host aliases %+v", ctrl.HostAliases)
 	}
 	nodeOnly := render(t, "nfsdir", append(on, "securityDaemons.controller=false")).deployments[0].Spec.Template.Spec
 	for _, c := range containersOf(nodeOnly) {

@@ -57,3 +57,14 @@ func (s *Secret) Update(t testing.TB, files map[string][]byte) {
 		os.RemoveAll(filepath.Join(s.Dir, fmt.Sprintf("..v%d", s.n-1)))
 	}
 }
+
+// ReadFile returns the contents of path, failing the test when it cannot
+// be read: the files a Secret is made of.
+func ReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

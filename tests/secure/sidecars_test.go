@@ -48,15 +48,6 @@ func sidecar(t *testing.T, root string, args ...string) *lab.Daemon {
 	return lab.StartDaemon(t, nil, append([]string{"chroot", root, "/nfsdir", "daemon"}, args...)...)
 }
 
-func read(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestDaemonsImageServesTLS: tlshd of the daemons image, started by
 // `nfsdir daemon tlshd` from a Secret volume's files as the chart's
 // sidecar starts it, answers the handshakes of nfsdir's xprtsec=mtls
@@ -86,11 +77,11 @@ func TestDaemonsImageServesTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	secret := lab.NewSecret(t, filepath.Join(root, "etc/nfsdir/tls"), map[string][]byte{
-		"ca.crt": read(t, p.CA), "tls.crt": read(t, expired.Cert), "tls.key": read(t, expired.Key)})
+		"ca.crt": lab.ReadFile(t, p.CA), "tls.crt": lab.ReadFile(t, expired.Cert), "tls.key": lab.ReadFile(t, expired.Key)})
 	// The lab's NFS server shares the network namespace, so the same
 	// tlshd answers its handshakes.
 	lab.NewSecret(t, filepath.Join(root, "etc/nfsdir/server-tls"), map[string][]byte{
-		"ca.crt": read(t, p.CA), "tls.crt": read(t, server.Cert), "tls.key": read(t, server.Key)})
+		"ca.crt": lab.ReadFile(t, p.CA), "tls.crt": lab.ReadFile(t, server.Cert), "tls.key": lab.ReadFile(t, server.Key)})
 	d := sidecar(t, root, "tlshd", "--secret-dir", "/etc/nfsdir/tls", "--server-secret-dir", "/etc/nfsdir/server-tls", "--log-level", "1")
 	d.WaitTLSHD(t)
 	pid := d.Pid()
@@ -100,7 +91,7 @@ func TestDaemonsImageServesTLS(t *testing.T) {
 
 	names(t, createRefusedSoon(t, c, "/export-sidecar-tls", opts...), "certificate")
 
-	secret.Update(t, map[string][]byte{"ca.crt": read(t, p.CA), "tls.crt": read(t, good.Cert), "tls.key": read(t, good.Key)})
+	secret.Update(t, map[string][]byte{"ca.crt": lab.ReadFile(t, p.CA), "tls.crt": lab.ReadFile(t, good.Cert), "tls.key": lab.ReadFile(t, good.Key)})
 	v := c.Create(t, "pvc-sidecar-tls", params("/export-sidecar-tls"), lab.RWX(opts...))
 	if line := shareMount(t, "/export-sidecar-tls"); !strings.Contains(line, "xprtsec=mtls") {
 		t.Errorf("the controller's share mount: %s", line)
@@ -132,11 +123,11 @@ func TestDaemonsImageServesKerberos(t *testing.T) {
 	lab.StartGSSProxy(t, kdc)
 	// The node's names, as the kubelet gives a host-network pod the node's
 	// /etc/hosts.
-	if err := os.WriteFile(filepath.Join(root, "etc/hosts"), read(t, "/etc/hosts"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "etc/hosts"), lab.ReadFile(t, "/etc/hosts"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lab.NewSecret(t, filepath.Join(root, "etc/nfsdir/krb5"), map[string][]byte{
-		"krb5.keytab": read(t, kdc.ClientKeytab), "krb5.conf": read(t, "/etc/krb5.conf")})
+		"krb5.keytab": lab.ReadFile(t, kdc.ClientKeytab), "krb5.conf": lab.ReadFile(t, "/etc/krb5.conf")})
 	pipefs := filepath.Join(root, "run/rpc_pipefs")
 	t.Cleanup(func() { syscall.Unmount(pipefs, syscall.MNT_DETACH) })
 	d := sidecar(t, root, "rpc.gssd", "--secret-dir", "/etc/nfsdir/krb5", "--log-level", "1")
