@@ -2,6 +2,7 @@ package mountopts
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -99,7 +100,7 @@ func Differences(asked Options, got []string) []Difference {
 			}
 		case !hasValue:
 			for _, group := range exclusive {
-				if !contains(group.flags, k) {
+				if !slices.Contains(group.flags, k) {
 					continue
 				}
 				have := group.def
@@ -115,13 +116,4 @@ func Differences(asked Options, got []string) []Difference {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

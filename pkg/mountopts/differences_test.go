@@ -2,6 +2,7 @@ package mountopts
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -116,7 +117,7 @@ func consistent(a Options) bool {
 			keys = []string{"acregmin", "acregmax", "acdirmin", "acdirmax"}
 		default:
 			for i, g := range exclusive {
-				if contains(g.flags, k) {
+				if slices.Contains(g.flags, k) {
 					keys = []string{fmt.Sprint("flags", i)}
 				}
 			}
