@@ -25,6 +25,7 @@ import (
 // adoptArgs are the arguments of `nfsdir adopt`.
 type adoptArgs struct {
 	server, share, subDir, name, onDelete, mountOptions, stateDir, driver, legacyID string
+	claim, clusterID                                                                string
 	capacity                                                                        int64
 	timeout                                                                         time.Duration
 }
@@ -45,6 +46,15 @@ func parseAdopt(args []string) (adoptArgs, error) {
 	if a.server == "" || a.share == "" || a.subDir == "" {
 		return a, fmt.Errorf("--server, --share and --subdir are required")
 	}
+	if err := checkClaimRef(a.claim); err != nil {
+		return a, err
+	}
+	if err := config.CheckClusterID(a.clusterID); err != nil {
+		return a, err
+	}
+	if (a.claim == "") != (a.clusterID == "") {
+		return a, fmt.Errorf("--claim and --cluster-id go together: a StorageClass's reuseDirectory needs both in the record")
+	}
 	a.subDir = strings.Trim(a.subDir, "/")
 	if a.name == "" {
 		a.name = "adopted-" + filepath.Base(a.subDir)
@@ -64,6 +74,8 @@ func adoptFlags(a *adoptArgs) *pflag.FlagSet {
 	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "the controller's --state-dir")
 	fs.StringVar(&a.driver, "driver-name", config.DefaultDriverName, "the driver name, for the printed PersistentVolume")
 	fs.StringVar(&a.legacyID, "legacy-id", "", "csi-driver-nfs volume handle (server#share#subDir#uuid#onDelete) of the PersistentVolume that keeps using the directory while nfsdir serves under csi-driver-nfs's name; DeleteVolume of that handle then follows --on-delete. Sets --server, --share and --subdir when they are not given")
+	fs.StringVar(&a.claim, "claim", "", "namespace/name of the claim the directory is for, recorded so that a claim of that namespace and name gets it from a StorageClass with reuseDirectory (with --cluster-id)")
+	fs.StringVar(&a.clusterID, "cluster-id", "", "the identity of the cluster whose claim it is (the controller's --cluster-id, or its kube-system namespace's UID), recorded with --claim")
 	fs.Int64Var(&a.capacity, "capacity", 0, "capacity in bytes to record (informational; NFS directories have no quota)")
 	fs.DurationVar(&a.timeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting the share may take")
 	return fs
@@ -109,7 +121,7 @@ func runAdopt(args []string, out io.Writer) error {
 	var shareOpts mountopts.Options
 	err = own.On(ctx, e, opts, true, func(area *provision.Area, share *shares.Share) (err error) {
 		shareOpts = share.Options
-		rec, err = area.Adoptions().Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity, Options: share.Options.String(), LegacyID: a.legacyID})
+		rec, err = area.Adoptions().Adopt(provision.Request{Name: a.name, SubDir: a.subDir, OnDelete: policy, CapacityBytes: a.capacity, Options: share.Options.String(), LegacyID: a.legacyID, Claim: a.claim, Cluster: a.clusterID})
 		return err
 	})
 	if err != nil {
@@ -143,5 +155,14 @@ spec:
       share: %q
       subDir: %q
 `, rec.Name, max(a.capacity, 1), strings.Join(shareOpts, ", "), a.driver, id.String(), e.Server, e.Share, rec.SubDir)
+	return nil
+}
+
+// checkClaimRef accepts "" or namespace/name.
+func checkClaimRef(claim string) error {
+	ns, name, ok := strings.Cut(claim, "/")
+	if claim != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
+		return fmt.Errorf("--claim %q: want namespace/name", claim)
+	}
 	return nil
 }

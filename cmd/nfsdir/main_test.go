@@ -56,3 +56,22 @@ func TestAdoptTakesItsPlaceFromALegacyID(t *testing.T) {
 		t.Errorf("bad legacy ID: %v", err)
 	}
 }
+
+func TestAdoptRecordsClaimAndCluster(t *testing.T) {
+	base := []string{"--server=nfs.example", "--share=/srv", "--subdir=team-a/data"}
+	a, err := parseAdopt(append(base, "--claim=team-a/data", "--cluster-id=prod-eu-1"))
+	if err != nil || a.claim != "team-a/data" || a.clusterID != "prod-eu-1" {
+		t.Errorf("parseAdopt = %+v, %v", a, err)
+	}
+	for want, args := range map[string][]string{
+		`--claim "data": want namespace/name`:   {"--claim=data", "--cluster-id=c"},
+		`--claim "a/b/c"`:                       {"--claim=a/b/c", "--cluster-id=c"},
+		`--cluster-id "a b"`:                    {"--claim=a/b", "--cluster-id=a b"},
+		"--claim and --cluster-id go together":  {"--claim=a/b"},
+		"--claim and --cluster-id go together ": {"--cluster-id=c"},
+	} {
+		if _, err := parseAdopt(append(base, args...)); err == nil || !strings.Contains(err.Error(), strings.TrimSpace(want)) {
+			t.Errorf("%v: %v, want %q", args, err, want)
+		}
+	}
+}

@@ -28,6 +28,7 @@ import (
 // migrateArgs are the arguments of `nfsdir migrate`.
 type migrateArgs struct {
 	from, kubeconfig, driver, stateNS, stateDir, selector string
+	clusterID                                             string
 	pvs, namespaces                                       []string
 	apply, rollback                                       bool
 	mountTimeout, wait                                    time.Duration
@@ -45,7 +46,7 @@ func parseMigrate(args []string) (migrateArgs, error) {
 	if fs.NArg() > 0 {
 		return a, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	return a, nil
+	return a, config.CheckClusterID(a.clusterID)
 }
 
 // migrateFlags defines the flags of nfsdir migrate, filling a.
@@ -62,6 +63,7 @@ func migrateFlags(a *migrateArgs) *pflag.FlagSet {
 	fs.StringVar(&a.stateNS, "state-namespace", "kube-system", "namespace of the ConfigMaps that keep the saved PVs")
 	fs.StringVar(&a.stateDir, "state-dir", config.DefaultStateDir, "directory for this run's share mounts (below migrate/<pid>) and the controller's long mount options")
 	fs.DurationVar(&a.mountTimeout, "mount-timeout", config.DefaultMountTimeout, "how long mounting a share may take")
+	fs.StringVar(&a.clusterID, "cluster-id", "", "the cluster's identity to record with each adopted directory and its claim, for StorageClasses with reuseDirectory (the controller's --cluster-id; default: the kube-system namespace's UID)")
 	fs.DurationVar(&a.wait, "wait", 2*time.Minute, "how long to wait for the API server (an old PV object gone, a claim bound again)")
 	return fs
 }
@@ -90,6 +92,11 @@ func runMigrate(args []string, out io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
+	if a.clusterID == "" && !a.rollback {
+		if a.clusterID, err = kube.ClusterUID(ctx); err != nil {
+			return fmt.Errorf("the cluster's identity (or give --cluster-id): %w", err)
+		}
+	}
 	sh, closeShares, err := newMigrationShares(a)
 	if err != nil {
 		return err
@@ -197,6 +204,7 @@ func summary(out io.Writer, what string, res []migrate.Result) error {
 // the controller's state directory for long mount options.
 type migrationShares struct {
 	registry, own *shares.Set
+	cluster       string // recorded with each directory and its claim
 }
 
 func newMigrationShares(a migrateArgs) (migrationShares, func(), error) {
@@ -213,7 +221,7 @@ func newMigrationShares(a migrateArgs) (migrationShares, func(), error) {
 		defer cancel()
 		own.Close(ctx)
 	}
-	return migrationShares{registry, own}, closeAll, nil
+	return migrationShares{registry, own, a.clusterID}, closeAll, nil
 }
 
 func (m migrationShares) Adopt(ctx context.Context, it migrate.Item) (string, map[string]string, error) {
@@ -225,7 +233,7 @@ func (m migrationShares) Adopt(ctx context.Context, it migrate.Item) (string, ma
 	var shareOpts mountopts.Options
 	err = m.own.On(ctx, it.Share.Export, opts, true, func(area *provision.Area, share *shares.Share) (err error) {
 		shareOpts = share.Options
-		rec, err = area.Adoptions().Adopt(adoptRequest(it, share.Options.String()))
+		rec, err = area.Adoptions().Adopt(adoptRequest(it, share.Options.String(), m.cluster))
 		return err
 	})
 	if err != nil {
@@ -244,7 +252,7 @@ func (m migrationShares) Check(ctx context.Context, it migrate.Item) error {
 		return fmt.Errorf("mount options of StorageClass %s: %w", it.Share.Class, err)
 	}
 	err = m.own.On(ctx, it.Share.Export, opts, false, func(area *provision.Area, _ *shares.Share) error {
-		return area.Adoptions().Can(adoptRequest(it, ""))
+		return area.Adoptions().Can(adoptRequest(it, "", m.cluster))
 	})
 	if errors.Is(err, provision.ErrNoArea) {
 		return nil // nothing recorded on that share yet
@@ -252,10 +260,11 @@ func (m migrationShares) Check(ctx context.Context, it migrate.Item) error {
 	return err
 }
 
-// adoptRequest is the adoption of it's directory.
-func adoptRequest(it migrate.Item, options string) provision.Request {
+// adoptRequest is the adoption of it's directory, recording its claim and
+// cluster.
+func adoptRequest(it migrate.Item, options, cluster string) provision.Request {
 	return provision.Request{Name: it.PV, SubDir: it.SubDir, OnDelete: it.OnDelete,
-		CapacityBytes: it.CapacityBytes, Options: options, LegacyID: it.LegacyID}
+		CapacityBytes: it.CapacityBytes, Options: options, LegacyID: it.LegacyID, Claim: it.Claim, Cluster: cluster}
 }
 
 func (m migrationShares) Release(ctx context.Context, it migrate.Item) error {

@@ -92,6 +92,10 @@ type Config struct {
 	// ReadClaimMetadata lets the controller read claims' labels and
 	// annotations from the Kubernetes API for subDir templates.
 	ReadClaimMetadata bool
+	// ClusterID names the cluster in the records of the volumes it makes,
+	// which a StorageClass's reuseDirectory compares; empty: the UID of
+	// the kube-system namespace, read from the Kubernetes API.
+	ClusterID string
 	// QuotaCert, QuotaKey and QuotaCA are the controller's client
 	// certificate, its key and the agents' CA, for the quota agents
 	// StorageClasses name (quotaAgent); empty: none.
@@ -162,6 +166,9 @@ func (c Config) Node() bool { return c.Mode == ModeNode || c.Mode == ModeAll }
 // flag to fix.
 func (c Config) Validate() error {
 	if _, _, err := ParseEndpoint(c.Endpoint); err != nil {
+		return err
+	}
+	if err := CheckClusterID(c.ClusterID); err != nil {
 		return err
 	}
 	switch c.Mode {
@@ -269,4 +276,17 @@ func ParseEndpoint(ep string) (network, address string, err error) {
 		return "tcp", u.Host, nil
 	}
 	return "", "", fmt.Errorf("--endpoint %q must start with unix:// or tcp://", ep)
+}
+
+// CheckClusterID accepts an empty id or one of at most 128 letters,
+// digits and . _ - :, as a namespace UID is.
+func CheckClusterID(id string) error {
+	bad := len(id) > 128
+	for _, r := range id {
+		bad = bad || !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:", r))
+	}
+	if bad {
+		return fmt.Errorf("--cluster-id %q: use at most 128 letters, digits and . _ - :", id)
+	}
+	return nil
 }

@@ -21,6 +21,8 @@ func TestValidate(t *testing.T) {
 		"--default-on-delete":   func(c *Config) { c.DefaultOnDelete = "purge" },
 		"--mount-timeout":       func(c *Config) { c.MountTimeout = time.Millisecond },
 		"must have 1 to 63":     func(c *Config) { c.DriverName = strings.Repeat("a", 64) },
+		"--cluster-id \"a b\"":  func(c *Config) { c.ClusterID = "a b" },
+		"--cluster-id \"aaaa":   func(c *Config) { c.ClusterID = strings.Repeat("a", 129) },
 	}
 	for want, mutate := range tests {
 		c := ok
@@ -30,6 +32,7 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	ctl := ok
+	ctl.ClusterID = "prod-eu:3f2c8a1e-0b7d-4c55-9a0e-1f2d3c4b5a69"
 	ctl.Mode, ctl.NodeID = ModeController, ""
 	if err := ctl.Validate(); err != nil {
 		t.Errorf("controller without node id: %v", err)

@@ -40,6 +40,9 @@ type Controller struct {
 	// quotas reaches the quota agents StorageClasses name; nil when the
 	// controller has no client certificate for them.
 	quotas quotaSetter
+	// cluster names the cluster in new volumes' records and answers
+	// reuseDirectory; nil: not known.
+	cluster *cluster
 }
 
 // quotaSetter sets and clears volumes' limits through quota agents
@@ -208,6 +211,9 @@ func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeReq
 	preq = provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
 		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent,
 		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID, GIDRange: cp.GIDRange}
+	if err := s.provenance(ctx, p, cp, &preq); err != nil {
+		return preq, cp, opts, err
+	}
 	mut, err := params.ParseMutable(req.GetMutableParameters())
 	if err != nil {
 		return preq, cp, opts, invalid("VolumeAttributesClass: %v", err)

@@ -24,7 +24,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
-	"github.com/nfsdir/nfsdir/pkg/kubeapi"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/serveragent"
@@ -94,12 +93,8 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		if pool != nil {
 			d.controller.quotas = pool
 		}
-		if cfg.ReadClaimMetadata {
-			kube, err := kubeapi.InCluster("nfsdir-controller")
-			if err != nil {
-				return nil, fmt.Errorf("--read-claim-metadata: %w", err)
-			}
-			d.controller.claims = kube
+		if err := d.controller.useAPI(cfg); err != nil {
+			return nil, err
 		}
 		csi.RegisterControllerServer(d.server, d.controller)
 	}

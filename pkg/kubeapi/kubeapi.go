@@ -36,6 +36,7 @@ var (
 	Claims     = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 	ConfigMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	Classes    = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
+	Namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
 
 // Client talks to one API server.
@@ -155,6 +156,33 @@ func (c *Client) PV(ctx context.Context, name string) (*corev1.PersistentVolume,
 		return nil, nil
 	}
 	return pv, err
+}
+
+// ClusterUID returns the UID of the kube-system namespace, which names
+// the cluster: it is made once, with the cluster, and never changes.
+func (c *Client) ClusterUID(ctx context.Context) (string, error) {
+	ns, err := get[corev1.Namespace](ctx, c, Namespaces, "", "kube-system")
+	switch {
+	case err == nil && ns.UID != "":
+		return string(ns.UID), nil
+	case err == nil:
+		return "", fault.New(fault.Unavailable, "namespace kube-system has no UID")
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return "", fault.Wrap(fault.FailedPrecondition, err, "the controller may not read namespace kube-system, whose UID names the cluster: grant it get on that namespace (the chart does) or set the cluster's identity (chart value driver.clusterID)")
+	}
+	return "", fault.Wrap(fault.Unavailable, err, "reading namespace kube-system from the Kubernetes API")
+}
+
+// PVExists reports whether a PersistentVolume name exists.
+func (c *Client) PVExists(ctx context.Context, name string) (bool, error) {
+	pv, err := c.PV(ctx, name)
+	switch {
+	case err == nil:
+		return pv != nil, nil
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return false, fault.Wrap(fault.FailedPrecondition, err, "the controller may not read PersistentVolume %s: grant it get on persistentvolumes (csi-provisioner's rules do)", name)
+	}
+	return false, fault.Wrap(fault.Unavailable, err, "reading PersistentVolume %s from the Kubernetes API", name)
 }
 
 // PVs lists the PersistentVolumes that match the label selector ("": all).

@@ -86,3 +86,30 @@ func TestObjectsRoundTrip(t *testing.T) {
 		t.Errorf("deleting a missing ConfigMap: %v", err)
 	}
 }
+
+func TestClusterUIDAndPVExists(t *testing.T) {
+	d := kubeapitest.Dynamic(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system", UID: "3f2c-uid"}},
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1"}})
+	c := kubeapi.New(d)
+	if got, err := c.ClusterUID(ctx); err != nil || got != "3f2c-uid" {
+		t.Fatalf("ClusterUID = %q, %v", got, err)
+	}
+	if ok, err := c.PVExists(ctx, "pvc-1"); err != nil || !ok {
+		t.Errorf("PVExists(pvc-1) = %v, %v", ok, err)
+	}
+	if ok, err := c.PVExists(ctx, "pvc-2"); err != nil || ok {
+		t.Errorf("PVExists(pvc-2) = %v, %v", ok, err)
+	}
+	d.PrependReactor("get", "namespaces", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "kube-system", nil)
+	})
+	if _, err := c.ClusterUID(ctx); fault.KindOf(err) != fault.FailedPrecondition {
+		t.Errorf("forbidden: %v", err)
+	}
+	d.PrependReactor("get", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd")
+	})
+	if _, err := c.PVExists(ctx, "pvc-1"); fault.KindOf(err) != fault.Unavailable {
+		t.Errorf("unavailable: %v", err)
+	}
+}

@@ -39,6 +39,7 @@ const (
 	KeyStrictOptions    = "strictmountoptions"
 	KeyGIDRangeStart    = "gidrangestart"
 	KeyGIDRangeEnd      = "gidrangeend"
+	KeyReuseDirectory   = "reusedirectory"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -49,13 +50,13 @@ const (
 var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
 	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
 	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore", KeyStrictOptions: "strictMountOptions",
-	KeyGIDRangeStart: "gidRangeStart", KeyGIDRangeEnd: "gidRangeEnd"}
+	KeyGIDRangeStart: "gidRangeStart", KeyGIDRangeEnd: "gidRangeEnd", KeyReuseDirectory: "reuseDirectory"}
 
 // The keys StorageClass parameters (createKeys) and volume attributes
 // (volumeKeys) may use.
 var (
 	createKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
-		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyStrictOptions, KeyGIDRangeStart, KeyGIDRangeEnd, KeyPVCName, KeyPVCNamespace, KeyPVName}
+		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyStrictOptions, KeyGIDRangeStart, KeyGIDRangeEnd, KeyReuseDirectory, KeyPVCName, KeyPVCNamespace, KeyPVName}
 	volumeKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountOptions,
 		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID, KeyStrictOptions}
 )
@@ -135,6 +136,12 @@ type Create struct {
 	// GIDRange gives each new volume a GID of its own from the range
 	// (gidRangeStart, gidRangeEnd), its directory's group, setgid.
 	GIDRange gidrange.Range
+	// Reuse lets a new volume take over the directory an earlier volume
+	// of the same claim left (reuseDirectory): a cluster rebuilt, its
+	// claims made again. Provisioning checks that the directory's record
+	// names this claim and this cluster and that the earlier volume is
+	// gone.
+	Reuse bool
 }
 
 // NeedsClaim reports whether the subDir template of StorageClass
@@ -219,10 +226,33 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	if !c.GIDRange.None() && c.GID >= 0 {
 		return Create{}, fmt.Errorf("parameters \"gid\" and \"gidRangeStart\"/\"gidRangeEnd\" exclude each other: a volume's group is either the class's or one of the range")
 	}
+	if c.Reuse, err = parseBool(m, KeyReuseDirectory, "parameter"); err != nil {
+		return Create{}, err
+	}
+	if err := c.checkReuse(m[KeySubDir]); err != nil {
+		return Create{}, err
+	}
 	if !c.GIDRange.None() && c.Shared {
 		return Create{}, fmt.Errorf("parameter \"gidRangeStart\" cannot give a GID of its own to a shared directory (allowSharedSubDir)")
 	}
 	return c, nil
+}
+
+// checkReuse refuses reuseDirectory where it cannot work: a subDir
+// template tmpl of the PV's name, a shared directory, a copy agent.
+func (c Create) checkReuse(tmpl string) error {
+	if !c.Reuse {
+		return nil
+	}
+	switch {
+	case subdir.NamesPV(tmpl):
+		return fmt.Errorf("parameter \"reuseDirectory\" needs a subDir template that names the claim (such as ${pvc.metadata.namespace}/${pvc.metadata.name}): a PV's name, the default subDir, is new for every volume, so no directory would ever be reused")
+	case c.Shared:
+		return fmt.Errorf("parameter \"reuseDirectory\" does not apply to shared directories (allowSharedSubDir): their volumes join them already")
+	case c.CopyAgent != "":
+		return fmt.Errorf("parameter \"reuseDirectory\" cannot be used with \"copyAgent\": the agent makes the volume on the server, where the Kubernetes API that proves the earlier volume gone is not reached")
+	}
+	return nil
 }
 
 // ParseEndpoint checks a host:port (a name, an IPv4 address or a

@@ -51,25 +51,43 @@ func TestParseCreateErrors(t *testing.T) {
 		return m
 	}
 	tests := map[string]map[string]string{
-		`unknown parameter "color"`:       base("color", "red"),
-		"given twice":                     base("Server", "t"),
-		`"share" "e" must be an absolute`: base("share", "e"),
-		"resolves to the share root":      base("subDir", "/"),
-		`".." segments`:                   base("subDir", "../x"),
-		"metadata area":                   base("subDir", ".nfsdir"),
-		"must be an octal mode":           base("mountPermissions", "999"),
-		"octal mode such":                 base("mountPermissions", "077777"),
-		"onDelete \"purge\"":              base("onDelete", "purge"),
-		`"uid" "-1"`:                      base("uid", "-1"),
-		`"gid" "x"`:                       base("gid", "x"),
-		`"keepSetIDOnRestore" "yes"`:      base("keepSetIDOnRestore", "yes"),
-		`parameter "server" is required`:  {"share": "/e"},
-		"did not carry":                   base("subDir", "${pvc.metadata.name}"),
+		`unknown parameter "color"`:                    base("color", "red"),
+		"given twice":                                  base("Server", "t"),
+		`"share" "e" must be an absolute`:              base("share", "e"),
+		"resolves to the share root":                   base("subDir", "/"),
+		`".." segments`:                                base("subDir", "../x"),
+		"metadata area":                                base("subDir", ".nfsdir"),
+		"must be an octal mode":                        base("mountPermissions", "999"),
+		"octal mode such":                              base("mountPermissions", "077777"),
+		"onDelete \"purge\"":                           base("onDelete", "purge"),
+		`"uid" "-1"`:                                   base("uid", "-1"),
+		`"gid" "x"`:                                    base("gid", "x"),
+		`"keepSetIDOnRestore" "yes"`:                   base("keepSetIDOnRestore", "yes"),
+		`parameter "server" is required`:               {"share": "/e"},
+		"did not carry":                                base("subDir", "${pvc.metadata.name}"),
+		"needs a subDir template that names the claim": base("reuseDirectory", "true"),
+		"a PV's name, the default subDir":              base("reuseDirectory", "true", "subDir", "x/${pv.metadata.name}"),
+		"does not apply to shared directories":         base("reuseDirectory", "true", "subDir", "fixed", "allowSharedSubDir", "true", "onDelete", "retain"),
+		`cannot be used with "copyAgent"`:              base("reuseDirectory", "true", "subDir", "fixed", "copyAgent", "agent:7443"),
+		`"reuseDirectory" "maybe"`:                     base("reuseDirectory", "maybe"),
 	}
 	for want, m := range tests {
 		if _, err := ParseCreate(m, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseCreate(%v) error = %v, want %q", m, err, want)
 		}
+	}
+}
+
+func TestParseCreateReuseDirectory(t *testing.T) {
+	p := map[string]string{"server": "s", "share": "/e", "reuseDirectory": "true",
+		"subDir": "${pvc.metadata.namespace}/${pvc.metadata.name}", KeyPVName: "pvc-1", KeyPVCName: "data", KeyPVCNamespace: "team"}
+	c, err := ParseCreate(p, nil)
+	if err != nil || !c.Reuse || c.SubDir != "team/data" {
+		t.Fatalf("ParseCreate = %+v, %v; want Reuse and team/data", c, err)
+	}
+	p["reuseDirectory"] = "false"
+	if c, err := ParseCreate(p, nil); err != nil || c.Reuse {
+		t.Fatalf("reuseDirectory false: %+v, %v", c, err)
 	}
 }
 

@@ -39,7 +39,7 @@ func (ad Adoptions) Adopt(req Request) (*Record, error) {
 	rec := &Record{Version: RecordVersion, Name: req.Name, Token: volumeid.NewToken(), SubDir: req.SubDir,
 		OnDelete: req.OnDelete, Mode: uint32(st.Mode().Perm()), UID: -1, GID: -1,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Adopted: true, FileID: id, Handle: ad.a.seals().handleDigest(ad.a.root, req.SubDir),
-		Options: req.Options, LegacyID: req.LegacyID}
+		Options: req.Options, LegacyID: req.LegacyID, Claim: req.Claim, Cluster: req.Cluster}
 	if err := writeRecordExclusive(ad.a.records(), rec.Key(), rec); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			old, _ := readRecord(ad.a.records(), rec.Key())

@@ -58,6 +58,14 @@ type Request struct {
 	// volume of the share holds (GIDs), as its directory's group, with the
 	// setgid bit; GID must then be -1.
 	GIDRange gidrange.Range
+	// Claim (namespace/name) and Cluster go into the record: what a
+	// later volume of the same claim shows to take the directory over.
+	Claim, Cluster string
+	// Reuse, when set, lets the volume take over the directory of an
+	// earlier volume of the same claim and cluster (reuseDirectory):
+	// it is called with that volume's record, and its error (the
+	// earlier volume is still in use) refuses the takeover.
+	Reuse func(ctx context.Context, earlier *Record) error `json:"-"`
 }
 
 // Create makes the volume directory for req on the share, or returns the
@@ -139,7 +147,7 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 	if errors.Is(err, fs.ErrExist) {
 		// A retry, a crash between the record and the directory, or another
 		// volume that owns the directory.
-		if rec, err = a.creation().existing(key, req); err != nil {
+		if rec, err = a.creation().existing(ctx, key, req); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
@@ -165,13 +173,16 @@ func (a *Area) Create(ctx context.Context, req Request) (*Record, error) {
 // existing is the record at key when it is the one req makes again (a
 // retry): Aborted when it is gone meanwhile, AlreadyExists when it is
 // another volume's or this one's with other parameters.
-func (a creation) existing(key string, req Request) (*Record, error) {
+func (a creation) existing(ctx context.Context, key string, req Request) (*Record, error) {
 	old, err := readRecord(a.records(), key)
 	if err != nil {
 		return nil, err
 	}
 	if old == nil {
 		return nil, fault.New(fault.Aborted, "volume %q is being deleted concurrently; retry", req.Name)
+	}
+	if old.Name != req.Name && req.Reuse != nil {
+		return a.takeOver(ctx, key, old, req)
 	}
 	if old.Name != req.Name {
 		return nil, fault.New(fault.AlreadyExists, "subDir %q already belongs to volume %q; two volumes sharing a directory would delete each other's data (a StorageClass can allow it with allowSharedSubDir and onDelete: retain)", req.SubDir, old.Name)
@@ -203,7 +214,7 @@ func newRecord(req Request) *Record {
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
 		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, Pending: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent,
-		KeepSetID: req.KeepSetID}
+		KeepSetID: req.KeepSetID, Claim: req.Claim, Cluster: req.Cluster}
 }
 
 // AbandonedAfter is how old a volume's record must be, with no directory

@@ -128,6 +128,16 @@ type Record struct {
 	// mutable settings (OnDelete, PublishOptions) since the StorageClass
 	// made it: a replayed CreateVolume no longer compares them.
 	Modified bool `json:"modified,omitempty"`
+	// Claim is the namespace/name of the PersistentVolumeClaim the volume
+	// was made for, and Cluster the identity of the cluster (its
+	// controller's --cluster-id): what a later volume of the same claim
+	// proves before it takes over the directory (reuseDirectory). Empty:
+	// not known when the volume was made.
+	Claim   string `json:"claim,omitempty"`
+	Cluster string `json:"cluster,omitempty"`
+	// Previous is the name of the volume that had the directory before
+	// Name took it over (reuseDirectory).
+	Previous string `json:"previous,omitempty"`
 }
 
 // Source names what a volume is filled from: a snapshot's record (Snapshot)

@@ -150,6 +150,21 @@ func NeedsClaim(tmpl string) bool {
 	return needs
 }
 
+// NamesPV reports whether tmpl makes a path of the PV's name (an empty
+// tmpl does): such a path differs for every volume, so it never leads a
+// new volume to an older one's directory (params' reuseDirectory).
+func NamesPV(tmpl string) bool {
+	if tmpl == "" {
+		return true
+	}
+	pv := false
+	_ = walk(tmpl, func(string) {}, func(_ string, p placeholder) error {
+		pv = pv || p.kind == "pv"
+		return nil
+	})
+	return pv
+}
+
 // Expand substitutes the placeholders in tmpl and returns the volume path.
 // An empty tmpl means the PV name. Every placeholder must expand to a
 // single directory name (no "/", not "." or ".."): annotations are written

@@ -103,6 +103,21 @@ func TestNeedsClaim(t *testing.T) {
 	}
 }
 
+func TestNamesPV(t *testing.T) {
+	for tmpl, want := range map[string]bool{
+		"":                              true,
+		"${pv.metadata.name}":           true,
+		"${.PVC.namespace}/${.PV.name}": true,
+		"${pvc.metadata.namespace}/${pvc.metadata.name}": false,
+		"team/${.PVC.labels.app}":                        false,
+		"fixed":                                          false,
+	} {
+		if got := NamesPV(tmpl); got != want {
+			t.Errorf("NamesPV(%q) = %v, want %v", tmpl, got, want)
+		}
+	}
+}
+
 // FuzzExpand asserts that whatever the template and the claim's names, an
 // accepted result stays strictly inside the share and outside the metadata
 // area.

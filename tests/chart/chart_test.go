@@ -46,7 +46,7 @@ var valueSets = map[string][]string{
 	// Drop-in for csi-driver-nfs: nfsdir under its driver name.
 	"dropin":       {"driver.name=nfs.csi.k8s.io"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}", "quota.clientSecret=nfsdir-quota-client"},
-	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true"},
+	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true", "driver.clusterID=prod-eu-1"},
 }
 
 // rendered holds the decoded objects of one helm template run.
@@ -317,6 +317,10 @@ func TestInvariants(t *testing.T) {
 			if hasArg(nfsdir, "--read-claim-metadata") != claimMeta || (claimMeta && !grants(r, "", "persistentvolumeclaims", "get")) {
 				t.Errorf("claim metadata %v: controller args %v", claimMeta, nfsdir.Args)
 			}
+			clusterID := strings.Contains(values, "driver.clusterID=prod-eu-1")
+			if hasArg(nfsdir, "--cluster-id=prod-eu-1") != clusterID || hasArg(nfsdir, "--cluster-id") != clusterID {
+				t.Errorf("driver.clusterID %v: controller args %v", clusterID, nfsdir.Args)
+			}
 			for _, a := range []string{"--leader-election", "--extra-create-metadata", "--timeout", "--csi-address"} {
 				if !hasArg(prov, a) {
 					t.Errorf("csi-provisioner lacks %s: %v", a, prov.Args)
@@ -402,6 +406,9 @@ func TestInvariants(t *testing.T) {
 				for _, res := range rule.Resources {
 					if w, ok := want[res]; ok && strings.Join(rule.Verbs, ",") != w {
 						t.Errorf("%s verbs %v, want %s", res, rule.Verbs, w)
+					}
+					if res == "namespaces" && (strings.Join(rule.ResourceNames, ",") != "kube-system" || strings.Join(rule.Verbs, ",") != "get") {
+						t.Errorf("namespaces: %+v, want get on kube-system only (the cluster's identity)", rule)
 					}
 					if res == "secrets" || contains(rule.Verbs, "*") || contains(rule.Resources, "*") {
 						t.Errorf("over-broad rule %+v", rule)

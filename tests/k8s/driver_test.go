@@ -62,6 +62,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"RetainedSnapshotContentDeleted", (*cluster).retainedContentDeleted},
 		{"StaticVolume", (*cluster).staticVolume},
 		{"ClaimMetadataTemplates", (*cluster).claimMetadataTemplates},
+		{"ReuseDirectoryAfterRebuild", (*cluster).reuseDirectoryAfterRebuild},
 		{"MigrateFromNFSSubdir", (*cluster).migrateFromNFSSubdir},
 		{"DropInForCSIDriverNFS", (*cluster).dropInForCSIDriverNFS},
 		{"HardQuota", (*cluster).hardQuota},
@@ -1072,18 +1073,7 @@ func (c *cluster) claimMetadataTemplates() {
 	if st, err := os.Stat(filepath.Join(serverDir, "blue", "data-1")); err != nil || !st.IsDir() {
 		c.t.Errorf("the labelled claim's directory blue/data-1: %v", err)
 	}
-	c.waitFor("the unlabelled claim's event names the label", 3*time.Minute, func() (bool, error) {
-		ev, err := c.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=unlabelled"})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range ev.Items {
-			if e.Reason == "ProvisioningFailed" && strings.Contains(e.Message, `has no label "team"`) {
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("%d events", len(ev.Items))
-	}, "kubelet")
+	c.eventSays("default", "unlabelled", `has no label "team"`)
 	if pvc, _ := c.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "unlabelled", metav1GetOptions); pvc == nil || pvc.Status.Phase != corev1.ClaimPending {
 		c.t.Errorf("the unlabelled claim: %+v", pvc)
 	}
