@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/migrate"
 	"github.com/nfsdir/nfsdir/pkg/params"
 )
 
@@ -73,5 +74,15 @@ func TestAdoptRecordsClaimAndCluster(t *testing.T) {
 		if _, err := parseAdopt(append(base, args...)); err == nil || !strings.Contains(err.Error(), strings.TrimSpace(want)) {
 			t.Errorf("%v: %v, want %q", args, err, want)
 		}
+	}
+}
+
+func TestMigrationRecordsEachClaimAndTheCluster(t *testing.T) {
+	r := adoptRequest(migrate.Item{PV: "pv-1", Claim: "team-a/data", SubDir: "team-a/data", OnDelete: params.Archive}, "nfsvers=4.1", "prod-eu-1")
+	if r.Claim != "team-a/data" || r.Cluster != "prod-eu-1" || r.Name != "pv-1" || r.Options != "nfsvers=4.1" {
+		t.Errorf("adoptRequest = %+v", r)
+	}
+	if _, err := parseMigrate([]string{"--from=csi-driver-nfs", "--cluster-id=a b"}); err == nil || !strings.Contains(err.Error(), "--cluster-id") {
+		t.Errorf("bad --cluster-id: %v", err)
 	}
 }

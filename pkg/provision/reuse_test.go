@@ -227,3 +227,33 @@ func TestReuseKeepsTheRangeGID(t *testing.T) {
 		t.Errorf("deleted volume's directory: %v", err)
 	}
 }
+
+// TestReuseTakesOverAnAdoptedDirectory: a directory `nfsdir adopt` or
+// `nfsdir migrate` handed over with its claim and cluster is taken over
+// by a new volume of that claim, whatever owner and mode the directory
+// has; one adopted without them is refused.
+func TestReuseTakesOverAnAdoptedDirectory(t *testing.T) {
+	ctx := context.Background()
+	dir, a := newShare(t)
+	for _, sub := range []string{"team/data", "team/bare"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Adoptions().Adopt(Request{Name: "pvc-migrated", SubDir: "team/data", OnDelete: params.Retain, Claim: "team/data", Cluster: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Adoptions().Adopt(Request{Name: "adopted-bare", SubDir: "team/bare", OnDelete: params.Retain}); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	rec, err := a.Create(ctx, reusing(claimReq("pvc-new"), &asked))
+	if err != nil || rec.Name != "pvc-new" || rec.Previous != "pvc-migrated" || !rec.Adopted || rec.Mode != 0o755 {
+		t.Fatalf("adopted directory taken over: %+v, %v", rec, err)
+	}
+	bare := reusing(claimReq("pvc-bare"), &asked)
+	bare.SubDir = "team/bare"
+	if _, err := a.Create(ctx, bare); !fault.Is(err, fault.FailedPrecondition) || !strings.Contains(err.Error(), "nfsdir adopt --claim team/data") {
+		t.Errorf("adopted without a claim: %v", err)
+	}
+}

@@ -959,6 +959,12 @@ func (c *cluster) migrateFromNFSSubdir() {
 		if pvc.UID != uids[claim] || pv.Spec.NFS != nil || pv.Spec.ClaimRef.UID != uids[claim] || pv.Spec.StorageClassName != "nfs-client" {
 			c.t.Errorf("%s after the migration: claim UID %s (was %s), PV %+v", claim, pvc.UID, uids[claim], pv.Spec)
 		}
+		// The adopted directory's record names its claim and the
+		// cluster, as reuseDirectory needs after a rebuild.
+		ks, _ := c.kube.CoreV1().Namespaces().Get(ctx, "kube-system", metav1GetOptions)
+		if rec, err := recordOnServer(pv.Spec.CSI.VolumeHandle); err != nil || ks == nil || !strings.Contains(rec, `"claim":"default/`+claim+`"`) || !strings.Contains(rec, `"cluster":"`+string(ks.UID)+`"`) {
+			c.t.Errorf("record of migrated %s: %s, %v; want claim default/%s and the cluster", claim, rec, err, claim)
+		}
 	}
 	c.linesGrow("legacy writer still writes after the migration", "legacy-writer", log, 10)
 	if again := c.migrate("--from=nfs-subdir-external-provisioner", "--apply"); !strings.Contains(again, "2 migrated already") || !strings.Contains(again, "0 PVs migrated, 0 failed") {
