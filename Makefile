@@ -15,7 +15,8 @@ FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volum
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse pkg/mounttable:FuzzUnescape \
 	pkg/targetpath:FuzzCheck pkg/provision:FuzzTuner pkg/capacity:FuzzTallyCountsEachFileOnce pkg/capacity:FuzzDecode \
 	pkg/params:FuzzParseMutable pkg/safepath:FuzzArchiveEntry pkg/migrate:FuzzPlanStaysInsideTheShare \
-	pkg/publock:FuzzParse pkg/mounttable:FuzzParseStats pkg/mountsec:FuzzAskedAndVerify pkg/secdaemons:FuzzParse
+	pkg/publock:FuzzParse pkg/mounttable:FuzzParseStats pkg/mountsec:FuzzAskedAndVerify pkg/secdaemons:FuzzParse \
+	pkg/export:FuzzParseNamed
 FUZZTIME ?= 300000x
 # Targets that make files (a temporary directory per input) run for
 # FUZZTIME_FS each: some 1,500 inputs a second instead of hundreds of

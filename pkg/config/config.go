@@ -96,6 +96,9 @@ type Config struct {
 	// which a StorageClass's reuseDirectory compares; empty: the UID of
 	// the kube-system namespace, read from the Kubernetes API.
 	ClusterID string
+	// Exports are the named exports, "name=server:/share" each: where
+	// the volumes of StorageClasses that name an export are now.
+	Exports []string
 	// QuotaCert, QuotaKey and QuotaCA are the controller's client
 	// certificate, its key and the agents' CA, for the quota agents
 	// StorageClasses name (quotaAgent); empty: none.
@@ -170,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if err := CheckClusterID(c.ClusterID); err != nil {
 		return err
+	}
+	if _, err := export.ParseNames(c.Exports); err != nil {
+		return fmt.Errorf("--export: %v", err)
 	}
 	switch c.Mode {
 	case ModeController, ModeNode, ModeAll:
@@ -276,6 +282,15 @@ func ParseEndpoint(ep string) (network, address string, err error) {
 		return "tcp", u.Host, nil
 	}
 	return "", "", fmt.Errorf("--endpoint %q must start with unix:// or tcp://", ep)
+}
+
+// Names returns the named exports (Exports); Validate has checked them.
+func (c Config) Names() export.Names {
+	n, err := export.ParseNames(c.Exports)
+	if err != nil {
+		return export.Names{}
+	}
+	return n
 }
 
 // CheckClusterID accepts an empty id or one of at most 128 letters,

@@ -13,6 +13,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/fault"
 	"github.com/nfsdir/nfsdir/pkg/keylock"
 	"github.com/nfsdir/nfsdir/pkg/publock"
@@ -49,7 +50,8 @@ type nodeClaims struct {
 	file    string
 	mounted func(target string) (bool, error)
 
-	inflight keylock.Set // by volume ID: one claim operation at a time
+	names    export.Names // where each named export is now
+	inflight keylock.Set  // by volume ID: one claim operation at a time
 
 	mu    sync.Mutex
 	held  map[string]*heldClaim // by volume ID
@@ -143,6 +145,9 @@ func (c *nodeClaims) run(ctx context.Context, volumeID string, wait bool, op fun
 	id, err := volumeid.Parse(volumeID)
 	if err != nil {
 		return nil // not an nfsdir volume: no claims (docs/access-modes.md)
+	}
+	if err := locate(c.names, &id); err != nil {
+		return err
 	}
 	acquired := c.inflight.TryAcquire(volumeID)
 	if !acquired && wait {

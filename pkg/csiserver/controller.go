@@ -43,6 +43,8 @@ type Controller struct {
 	// cluster names the cluster in new volumes' records and answers
 	// reuseDirectory; nil: not known.
 	cluster *cluster
+	// names says where each named export is now (--export).
+	names export.Names
 }
 
 // quotaSetter sets and clears volumes' limits through quota agents
@@ -202,6 +204,9 @@ func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeReq
 	if err != nil {
 		return preq, cp, opts, invalid("%v", err)
 	}
+	if err := exportNamed(s.names, &cp); err != nil {
+		return preq, cp, opts, toStatus(err)
+	}
 	if cp.QuotaAgent != "" && s.quotas == nil {
 		return preq, cp, opts, toStatus(noQuotaClient(cp.QuotaAgent))
 	}
@@ -210,7 +215,7 @@ func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeReq
 	}
 	preq = provision.Request{Name: req.GetName(), SubDir: cp.SubDir, OnDelete: cp.OnDelete, Mode: cp.Mode,
 		UID: cp.UID, GID: cp.GID, CapacityBytes: capacity, Shared: cp.Shared, Options: opts.ForShare().String(), QuotaAgent: cp.QuotaAgent,
-		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID, GIDRange: cp.GIDRange}
+		CopyAgent: cp.CopyAgent, KeepSetID: cp.KeepSetID, GIDRange: cp.GIDRange, ExportName: cp.ExportName}
 	if err := s.provenance(ctx, p, cp, &preq); err != nil {
 		return preq, cp, opts, err
 	}
@@ -234,7 +239,7 @@ func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeReq
 	if preq.Mode == 0 {
 		preq.Mode = s.defaultMode
 	}
-	if preq.Source, err = contentSource(req.GetVolumeContentSource(), cp.Export); err != nil {
+	if preq.Source, err = contentSource(req.GetVolumeContentSource(), cp.Export, s.names); err != nil {
 		return preq, cp, opts, err
 	}
 	return preq, cp, opts, nil
@@ -274,6 +279,9 @@ func (s *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		// Nothing nfsdir could have created: there is nothing to delete.
 		klog.Warningf("DeleteVolume %q: %v; nothing to do", raw, err)
 		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if err := locate(s.names, &id); err != nil {
+		return nil, toStatus(err) // never taken as gone
 	}
 	err = s.bounded(ctx, raw, func() error {
 		return s.shares.OnVolume(ctx, id, func(a *provision.Area, share *shares.Share) error {
@@ -378,6 +386,9 @@ func (s *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		}
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", raw, err)
 	}
+	if err := locate(s.names, &id); err != nil {
+		return nil, toStatus(err)
+	}
 	rec, err := s.updateRecord(ctx, raw, id, func(a *provision.Area) (*provision.Record, error) { return a.Expand(id, capacity) })
 	if err != nil {
 		return nil, err
@@ -426,6 +437,9 @@ func (s *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 	id, err := volumeid.Parse(raw)
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not an nfsdir volume: %v", raw, err)
+	}
+	if err := locate(s.names, &id); err != nil {
+		return nil, toStatus(err)
 	}
 	change := provision.Change{OnDelete: mut.OnDelete}
 	if mut.HasMountOptions {
@@ -487,6 +501,9 @@ func (s *Controller) exists(ctx context.Context, raw string) error {
 		}
 		return nil
 	}
+	if err := locate(s.names, &id); err != nil {
+		return err
+	}
 	var rec *provision.Record
 	err = s.shares.OnVolume(ctx, id, func(a *provision.Area, _ *shares.Share) (err error) {
 		rec, err = a.Lookup(id)
@@ -507,10 +524,16 @@ func (s *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	p := req.GetParameters()
 	server, _ := lookupFold(p, params.KeyServer)
 	share, _ := lookupFold(p, params.KeyShare)
-	if server == "" && share == "" {
+	name, _ := lookupFold(p, params.KeyExport)
+	if server == "" && share == "" && name == "" {
 		return &csi.GetCapacityResponse{}, nil
 	}
 	e, err := export.New(server, share)
+	if name != "" {
+		cp := params.Create{ExportName: name}
+		err = exportNamed(s.names, &cp)
+		e = cp.Export
+	}
 	if err != nil {
 		return nil, invalid("%v", err)
 	}

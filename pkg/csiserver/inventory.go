@@ -82,6 +82,9 @@ func (s *Controller) inspect(ctx context.Context, raw string, check bool) (volum
 	if err != nil {
 		return id, nil, nil, status.Errorf(codes.NotFound, "volume %q is not an nfsdir volume: %v", raw, err)
 	}
+	if err := locate(s.names, &id); err != nil {
+		return id, nil, nil, toStatus(err)
+	}
 	var rec *provision.Record
 	var problems []provision.Problem
 	err = s.bounded(ctx, raw, func() error {
@@ -104,11 +107,17 @@ func (s *Controller) inspect(ctx context.Context, raw string, check bool) (volum
 
 // csiVolume is the CSI volume of a record.
 func csiVolume(id volumeid.ID, rec *provision.Record) *csi.Volume {
-	return &csi.Volume{VolumeId: id.String(), CapacityBytes: rec.CapacityBytes, VolumeContext: map[string]string{
+	v := &csi.Volume{VolumeId: id.String(), CapacityBytes: rec.CapacityBytes, VolumeContext: map[string]string{
 		params.KeyServer: id.Export.Server,
 		params.KeyShare:  id.Export.Share,
 		"subDir":         rec.SubDir,
 	}}
+	if id.Name != "" {
+		// The node looks up where the export is at each publish; server
+		// and share say where it was, for a node without the name.
+		v.VolumeContext[params.KeyExport] = id.Name
+	}
+	return v
 }
 
 // health is the CSI health of a volume with problems.

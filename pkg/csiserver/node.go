@@ -52,6 +52,7 @@ type Node struct {
 	volumeLocks  keylock.Set       // by mount source, for single-writer publishes
 	views        *shares.Set       // read-only share mounts for records and figures; nil: statfs only
 	claims       *nodeClaims       // single-node volumes kept to one node; nil: not enforced
+	names        export.Names      // where each named export is now (--export)
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
@@ -152,7 +153,7 @@ func (s *Node) publication(ctx context.Context, req *csi.NodePublishVolumeReques
 	if err != nil {
 		return p, err
 	}
-	vol, err := volumeOf(req.GetVolumeId(), req.GetVolumeContext())
+	vol, err := volumeOf(s.names, req.GetVolumeId(), req.GetVolumeContext())
 	if err != nil {
 		return p, invalid("%v", err)
 	}
@@ -331,11 +332,18 @@ func hasOption(opts []string, name string) bool {
 	return false
 }
 
-// volumeOf reads what to mount from the volume context, or, for a
-// csi-driver-nfs volume handle without attributes, from the ID itself.
-func volumeOf(id string, attrs map[string]string) (params.Volume, error) {
-	if _, ok := lookupFold(attrs, params.KeyServer); ok {
-		return params.ParseVolume(attrs)
+// volumeOf reads what to mount from the volume context (a named export
+// where names says it is now), or, for a csi-driver-nfs volume handle
+// without attributes, from the ID itself.
+func volumeOf(names export.Names, id string, attrs map[string]string) (params.Volume, error) {
+	_, server := lookupFold(attrs, params.KeyServer)
+	_, named := lookupFold(attrs, params.KeyExport)
+	if server || named {
+		v, err := params.ParseVolume(attrs)
+		if err == nil {
+			err = locateVolume(names, &v)
+		}
+		return v, err
 	}
 	if l, err := volumeid.ParseLegacy(id); err == nil {
 		return params.Volume{Export: l.Export, SubDir: l.SubDir}, nil
@@ -421,7 +429,7 @@ const publishViewWait = 3 * time.Second
 // noViewFor); rec is nil for a volume without a record.
 func (s *Node) record(ctx context.Context, volumeID string, figure bool, wait time.Duration) (rec *provision.Record, fig capacity.Figure, counted, ok bool) {
 	id, err := volumeid.Parse(volumeID)
-	if s.views == nil || err != nil {
+	if s.views == nil || err != nil || locate(s.names, &id) != nil {
 		return nil, fig, false, false
 	}
 	exp := id.Export.String()
@@ -596,9 +604,9 @@ func (s *Node) targetsOf(volumeID string) []string {
 // source's path is compared (a mount sharing a superblock is listed under
 // its first host name). A static volume's free-form ID says nothing about
 // its source, so any mount can carry it.
-func carries(volumeID, source string) bool {
+func carries(names export.Names, volumeID, source string) bool {
 	sp := mounttable.SourcePath(source)
-	if id, err := volumeid.Parse(volumeID); err == nil {
+	if id, err := volumeid.Parse(volumeID); err == nil && locate(names, &id) == nil {
 		return sp == id.Export.Share || strings.HasPrefix(sp, strings.TrimSuffix(id.Export.Share, "/")+"/")
 	}
 	if l, err := volumeid.ParseLegacy(volumeID); err == nil {
@@ -645,7 +653,7 @@ func (s *Node) usage(ctx context.Context, volumeID, p string) (nfsmount.Usage, e
 	if cur == nil || !strings.HasPrefix(cur.FsType, "nfs") {
 		return nfsmount.Usage{}, fault.New(fault.NotFound, "volume path %q is not a mounted NFS volume", p)
 	}
-	if !carries(volumeID, cur.Source) {
+	if !carries(s.names, volumeID, cur.Source) {
 		return nfsmount.Usage{}, fault.New(fault.NotFound, "volume path %q has %q mounted, which is not volume %q", p, cur.Source, volumeID)
 	}
 	pctx, cancel := context.WithTimeout(ctx, statsTimeout)

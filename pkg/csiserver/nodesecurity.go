@@ -31,7 +31,7 @@ func (s *Node) mountSecurity() map[string]float64 {
 	out := map[string]float64{}
 	for t, id := range targets {
 		e, ok := table[t]
-		if !ok || !strings.HasPrefix(e.FsType, "nfs") || !carries(id, e.Source) {
+		if !ok || !strings.HasPrefix(e.FsType, "nfs") || !carries(s.names, id, e.Source) {
 			continue
 		}
 		out[mountsec.Mounted(e.Options).String()]++

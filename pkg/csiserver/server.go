@@ -52,6 +52,7 @@ type Driver struct {
 	claims     *nodeClaims // the node's claims on single-node volumes; nil without
 	views      *shares.Set // the node's read-only share mounts; nil without
 	controller *Controller
+	node       *Node // nil without the node service
 	metrics    *metrics.Metrics
 	serving    atomic.Bool
 }
@@ -66,6 +67,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
+		names := cfg.Names() // one map: the controller and its shares see the same
 		var pool *serveragent.Pool
 		acct := usage.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}
 		copying := shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}
@@ -82,14 +84,14 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		}
 		set, err := shares.New(shares.Config{StateDir: cfg.StateDir, MountTimeout: cfg.MountTimeout, PurgeWorkers: cfg.PurgeWorkers,
 			Accounting: acct,
-			Copying:    copying, AbandonAfter: cfg.AbandonAfter}, m)
+			Copying:    copying, AbandonAfter: cfg.AbandonAfter, Names: names}, m)
 		if err != nil {
 			return nil, err
 		}
 		d.shares = set
 		d.shareMetrics(set)
 		d.controller = &Controller{shares: set,
-			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode}
+			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode, names: names}
 		if pool != nil {
 			d.controller.quotas = pool
 		}
@@ -113,7 +115,8 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		}
 		d.views = views
 		node := &Node{nodeID: cfg.NodeID, driverName: cfg.DriverName, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
-			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views}
+			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views, names: cfg.Names()}
+		d.node = node
 		d.metrics.Gauge("nfsdir_node_mount_option_differences", "Volume mounts this node plugin made that did not get the mount options they asked for (the kernel's shared client or cache gave them another mount's).", node.optionDifferences)
 		d.metrics.GaugeByLabel("nfsdir_node_volume_mounts", "This node's NFS mounts of volumes, by the security the mount table shows them with (sec=, xprtsec=).", "security", node.mountSecurity)
 		if views != nil {
@@ -121,7 +124,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 			if file == "" {
 				file = filepath.Join(cfg.StateDir, "node", "claims.json")
 			}
-			c := &nodeClaims{views: views, node: cfg.NodeID, lapse: cfg.ClaimLapse, file: file,
+			c := &nodeClaims{views: views, node: cfg.NodeID, lapse: cfg.ClaimLapse, file: file, names: node.names,
 				mounted: func(t string) (bool, error) { cur, err := m.Mounted(t); return cur != nil, err }}
 			c.restore()
 			node.claims, d.claims = c, c

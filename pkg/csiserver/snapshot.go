@@ -28,7 +28,7 @@ const copyWait = 2 * time.Second
 // Source: a snapshot or a volume nfsdir made on the share e. IDs that are
 // not nfsdir's name nothing nfsdir has (NotFound); one on another share is
 // InvalidArgument, since copies stay on their share.
-func contentSource(cs *csi.VolumeContentSource, e export.Export) (*provision.Source, error) {
+func contentSource(cs *csi.VolumeContentSource, e export.Export, names export.Names) (*provision.Source, error) {
 	if cs == nil {
 		return nil, nil
 	}
@@ -55,6 +55,9 @@ func contentSource(cs *csi.VolumeContentSource, e export.Export) (*provision.Sou
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "source %s %q does not exist: %v", kind, raw, err)
+	}
+	if err := locate(names, &id); err != nil {
+		return nil, toStatus(err)
 	}
 	if id.Export.String() != e.String() {
 		return nil, invalid("source %s %q is on %s, the new volume on %s: nfsdir copies within one share only", kind, raw, id.Export, e)
@@ -138,6 +141,9 @@ func (s *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		}
 		return nil, status.Errorf(codes.NotFound, "source volume %q does not exist: %v", raw, err)
 	}
+	if err := locate(s.names, &src); err != nil {
+		return nil, toStatus(err)
+	}
 	var st shares.SnapshotState
 	err = s.bounded(ctx, "snapshot "+req.GetName(), func() (err error) {
 		st, err = s.shares.Snapshots().CreateSnapshot(ctx, src, req.GetName(), waitFor(ctx))
@@ -170,6 +176,9 @@ func (s *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		klog.Warningf("DeleteSnapshot %q: %v; nothing to do", raw, err)
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
+	if err := locate(s.names, &id); err != nil {
+		return nil, toStatus(err) // never taken as gone
+	}
 	err = s.bounded(ctx, raw, func() error { return s.shares.Snapshots().DeleteSnapshot(ctx, id) })
 	if err != nil {
 		return nil, toStatus(err)
@@ -190,6 +199,9 @@ func (s *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		if err != nil {
 			return resp, nil // names no snapshot of nfsdir's
 		}
+		if err := locate(s.names, &id); err != nil {
+			return nil, toStatus(err)
+		}
 		st, err := s.snapshot(ctx, raw, id)
 		if err != nil {
 			return nil, err
@@ -204,6 +216,9 @@ func (s *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		id, err := volumeid.Parse(raw)
 		if err != nil {
 			return resp, nil // no snapshot of nfsdir's has it as its source
+		}
+		if err := locate(s.names, &id); err != nil {
+			return nil, toStatus(err)
 		}
 		source = &id
 	}
@@ -228,6 +243,9 @@ func (s *Controller) GetSnapshot(ctx context.Context, req *csi.GetSnapshotReques
 	id, err := volumeid.ParseSnapshot(raw)
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "snapshot %q: not a snapshot ID of nfsdir's: %v", raw, err)
+	}
+	if err := locate(s.names, &id); err != nil {
+		return nil, toStatus(err)
 	}
 	st, err := s.snapshot(ctx, raw, id)
 	if err != nil {

@@ -289,8 +289,16 @@ func directoryOf(pv *corev1.PersistentVolume) (export.Export, string, bool) {
 			if sub == "" {
 				return export.Export{}, "", false
 			}
-			e, _ := export.New(id.Export.Server, "/")
-			return e, path.Join(id.Export.Share, sub), true
+			at := id.Export
+			if id.Name != "" {
+				// A named export's: where it was made, in its attributes.
+				at = export.Export{Server: pv.Spec.CSI.VolumeAttributes["server"], Share: pv.Spec.CSI.VolumeAttributes["share"]}
+			}
+			e, err := export.New(at.Server, "/")
+			if err != nil || at.Share == "" {
+				return export.Export{}, "", false
+			}
+			return e, path.Join(at.Share, sub), true
 		}
 	}
 	return export.Export{}, "", false

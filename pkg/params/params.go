@@ -40,6 +40,7 @@ const (
 	KeyGIDRangeStart    = "gidrangestart"
 	KeyGIDRangeEnd      = "gidrangeend"
 	KeyReuseDirectory   = "reusedirectory"
+	KeyExport           = "export"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -55,9 +56,9 @@ var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "moun
 // The keys StorageClass parameters (createKeys) and volume attributes
 // (volumeKeys) may use.
 var (
-	createKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyOnDelete,
+	createKeys = []string{KeyServer, KeyShare, KeyExport, KeySubDir, KeyMountPermissions, KeyOnDelete,
 		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyStrictOptions, KeyGIDRangeStart, KeyGIDRangeEnd, KeyReuseDirectory, KeyPVCName, KeyPVCNamespace, KeyPVName}
-	volumeKeys = []string{KeyServer, KeyShare, KeySubDir, KeyMountOptions,
+	volumeKeys = []string{KeyServer, KeyShare, KeyExport, KeySubDir, KeyMountOptions,
 		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID, KeyStrictOptions}
 )
 
@@ -109,12 +110,15 @@ func ParseOnDelete(s string) (OnDelete, error) {
 
 // Create holds the parameters of a CreateVolume call.
 type Create struct {
-	Export   export.Export
-	SubDir   string      // resolved volume path relative to the share
-	Mode     uint32      // permission bits for the new directory (0 = driver default)
-	OnDelete OnDelete    // "" = driver default
-	UID, GID int         // owner of the new directory; -1 = unchanged
-	Vars     subdir.Vars // the claim's names, as passed by csi-provisioner
+	// Export is the share's server and path; zero when the class names
+	// the export (ExportName), which the caller looks up.
+	Export     export.Export
+	ExportName string
+	SubDir     string      // resolved volume path relative to the share
+	Mode       uint32      // permission bits for the new directory (0 = driver default)
+	OnDelete   OnDelete    // "" = driver default
+	UID, GID   int         // owner of the new directory; -1 = unchanged
+	Vars       subdir.Vars // the claim's names, as passed by csi-provisioner
 	// Shared lets several volumes use one directory (allowSharedSubDir).
 	// Only valid with onDelete retain: deleting one volume must not delete
 	// the others' data.
@@ -166,8 +170,11 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 		return Create{}, err
 	}
 	c := Create{UID: -1, GID: -1}
-	if c.Export, err = export.New(m[KeyServer], m[KeyShare]); err != nil {
+	if c.Export, c.ExportName, err = exportOf(m); err != nil {
 		return Create{}, err
+	}
+	if _, server := m[KeyServer]; c.ExportName != "" && (server || m[KeyShare] != "") {
+		return Create{}, fmt.Errorf("parameter \"export\" names the server and share: leave out \"server\" and \"share\"")
 	}
 	c.Vars = subdir.Vars{PVCName: m[KeyPVCName], PVCNamespace: m[KeyPVCNamespace], PVName: m[KeyPVName], Claim: claim}
 	if c.SubDir, err = subdir.Expand(m[KeySubDir], c.Vars); err != nil {
@@ -238,6 +245,25 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	return c, nil
 }
 
+// exportOf reads where a volume is: a named export, or a server and
+// share (or, in volume attributes, both: the address the name had when
+// the volume was made).
+func exportOf(m map[string]string) (export.Export, string, error) {
+	name, named := m[KeyExport]
+	if !named {
+		e, err := export.New(m[KeyServer], m[KeyShare])
+		return e, "", err
+	}
+	if err := export.CheckName(name); err != nil {
+		return export.Export{}, "", fmt.Errorf("parameter \"export\": %v", err)
+	}
+	if m[KeyServer] == "" && m[KeyShare] == "" {
+		return export.Export{}, name, nil
+	}
+	e, err := export.New(m[KeyServer], m[KeyShare])
+	return e, name, err
+}
+
 // checkReuse refuses reuseDirectory where it cannot work: a subDir
 // template tmpl of the PV's name, a shared directory, a copy agent.
 func (c Create) checkReuse(tmpl string) error {
@@ -300,7 +326,12 @@ func parseID(m map[string]string, key string) (int, error) {
 // context of a provisioned volume, or the attributes of a static PV or an
 // inline volume.
 type Volume struct {
-	Export       export.Export
+	Export export.Export
+	// ExportName names the export the volume is on: the node looks up
+	// where it is now, and uses Export (the address when the volume was
+	// made; zero when the attributes hold only the name) only when its
+	// configuration does not hold the name.
+	ExportName   string
 	SubDir       string // "" mounts the share itself (static volumes only)
 	MountOptions mountopts.Options
 	// Ephemeral is kubelet's mark of a CSI inline volume: a pod author,
@@ -324,7 +355,7 @@ func ParseVolume(attrs map[string]string) (Volume, error) {
 		return Volume{}, err
 	}
 	var v Volume
-	if v.Export, err = export.New(m[KeyServer], m[KeyShare]); err != nil {
+	if v.Export, v.ExportName, err = exportOf(m); err != nil {
 		return Volume{}, fmt.Errorf("volume attributes: %v", err)
 	}
 	v.SubDir = strings.Trim(m[KeySubDir], "/")

@@ -1,6 +1,7 @@
 package params
 
 import (
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"strings"
 	"testing"
 
@@ -70,6 +71,8 @@ func TestParseCreateErrors(t *testing.T) {
 		"does not apply to shared directories":         base("reuseDirectory", "true", "subDir", "fixed", "allowSharedSubDir", "true", "onDelete", "retain"),
 		`cannot be used with "copyAgent"`:              base("reuseDirectory", "true", "subDir", "fixed", "copyAgent", "agent:7443"),
 		`"reuseDirectory" "maybe"`:                     base("reuseDirectory", "maybe"),
+		`leave out "server" and "share"`:               base("export", "main"),
+		`export name "Main"`:                           {"export": "Main", KeyPVName: "pv"},
 	}
 	for want, m := range tests {
 		if _, err := ParseCreate(m, nil); err == nil || !strings.Contains(err.Error(), want) {
@@ -88,6 +91,26 @@ func TestParseCreateReuseDirectory(t *testing.T) {
 	p["reuseDirectory"] = "false"
 	if c, err := ParseCreate(p, nil); err != nil || c.Reuse {
 		t.Fatalf("reuseDirectory false: %+v, %v", c, err)
+	}
+}
+
+// TestNamedExports: a class may name its export instead of giving server
+// and share; volume attributes hold the name, and the address it had.
+func TestNamedExports(t *testing.T) {
+	c, err := ParseCreate(map[string]string{"export": "main", KeyPVName: "pvc-1"}, nil)
+	if err != nil || c.ExportName != "main" || c.Export != (export.Export{}) || c.SubDir != "pvc-1" {
+		t.Fatalf("ParseCreate = %+v, %v", c, err)
+	}
+	v, err := ParseVolume(map[string]string{"export": "main", "server": "10.0.0.1", "share": "/srv", "subDir": "a"})
+	if err != nil || v.ExportName != "main" || v.Export != (export.Export{Server: "10.0.0.1", Share: "/srv"}) {
+		t.Fatalf("ParseVolume = %+v, %v", v, err)
+	}
+	v, err = ParseVolume(map[string]string{"export": "main", "subDir": "a"})
+	if err != nil || v.ExportName != "main" || v.Export != (export.Export{}) {
+		t.Fatalf("ParseVolume of a name alone = %+v, %v", v, err)
+	}
+	if _, err := ParseVolume(map[string]string{"export": "main", "server": "10.0.0.1"}); err == nil {
+		t.Error("a server without its share was accepted")
 	}
 }
 

@@ -61,6 +61,9 @@ type Request struct {
 	// Claim (namespace/name) and Cluster go into the record: what a
 	// later volume of the same claim shows to take the directory over.
 	Claim, Cluster string
+	// ExportName is the name of the export the volume is made on, kept in
+	// the record for its ID; "": none.
+	ExportName string
 	// Reuse, when set, lets the volume take over the directory of an
 	// earlier volume of the same claim and cluster (reuseDirectory):
 	// it is called with that volume's record, and its error (the
@@ -214,7 +217,7 @@ func newRecord(req Request) *Record {
 		Shared: req.Shared, OnDelete: req.OnDelete, Mode: req.Mode, UID: req.UID, GID: req.GID,
 		CapacityBytes: req.CapacityBytes, Created: time.Now().UTC().Truncate(time.Second), Options: req.Options,
 		PublishOptions: req.PublishOptions, Source: req.Source, Filling: req.Source != nil, Pending: req.Source != nil, QuotaAgent: req.QuotaAgent, CopyAgent: req.CopyAgent,
-		KeepSetID: req.KeepSetID, Claim: req.Claim, Cluster: req.Cluster}
+		KeepSetID: req.KeepSetID, Claim: req.Claim, Cluster: req.Cluster, ExportName: req.ExportName}
 }
 
 // AbandonedAfter is how old a volume's record must be, with no directory

@@ -135,6 +135,10 @@ type Record struct {
 	// not known when the volume was made.
 	Claim   string `json:"claim,omitempty"`
 	Cluster string `json:"cluster,omitempty"`
+	// ExportName is the name of the export the volume was made on (a
+	// StorageClass's export): its ID carries the name, not the address,
+	// and a listing rebuilds it so. Empty: an ID of server and share.
+	ExportName string `json:"exportName,omitempty"`
 	// Previous is the name of the volume that had the directory before
 	// Name took it over (reuseDirectory).
 	Previous string `json:"previous,omitempty"`

@@ -60,6 +60,9 @@ type Snapshot struct {
 	// Options), so that a listing rebuilds the snapshot's ID as it was
 	// handed out.
 	Options string `json:"options,omitempty"`
+	// ExportName is the source volume's (its record's ExportName), so
+	// that a listing rebuilds the snapshot's ID with the export's name.
+	ExportName string `json:"exportName,omitempty"`
 }
 
 // Key returns the key the snapshot's record is stored under.
@@ -144,7 +147,7 @@ func (sn Snapshots) Create(name string, src volumeid.ID) (*Snapshot, error) {
 		return nil, fault.New(fault.FailedPrecondition, "source volume %q has no sealed directory yet", vol.Name)
 	}
 	snap := &Snapshot{Version: RecordVersion, Kind: SnapshotKind, Name: name, Token: volumeid.NewToken(),
-		SourceKey: src.Key, SourceToken: src.Token, SourceName: vol.Name, SizeBytes: vol.CapacityBytes, Options: vol.Options,
+		SourceKey: src.Key, SourceToken: src.Token, SourceName: vol.Name, SizeBytes: vol.CapacityBytes, Options: vol.Options, ExportName: vol.ExportName,
 		Created: time.Now().UTC().Truncate(time.Second)}
 	err = writeLinkExclusive(dir, key, snap, path.Join(snapshotsDir, key))
 	if errors.Is(err, fs.ErrExist) { // a concurrent call

@@ -190,7 +190,7 @@ func (s lister) listed(a *provision.Area, share *Share, e export.Export, key str
 		klog.Warningf("listing volumes: share %s: %v; left out", e, err)
 		return nil, nil
 	}
-	if err != nil || rec == nil || rec.SharedDir || rec.Filling {
+	if err != nil || rec == nil || rec.SharedDir || rec.Filling || s.names.Elsewhere(rec.ExportName, e) {
 		return nil, err // a volume still being filled does not exist yet for the CO
 	}
 	opts := share.Options

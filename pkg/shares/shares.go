@@ -49,6 +49,7 @@ type Set struct {
 	// abandoned counts the volumes discarded as abandoned.
 	abandoned atomic.Int64
 
+	names        export.Names    // Config.Names
 	abandonAfter time.Duration   // Config.AbandonAfter
 	sweeping     map[string]bool // shares being swept, by mount point
 	listing      map[string]bool // by export: a listing runs on it (List)
@@ -70,6 +71,10 @@ type Config struct {
 	Accounting usage.Accounting
 	// Copying configures the copies of snapshots, restores and clones.
 	Copying Copying
+	// Names says where each named export is now: a listing gives the
+	// volumes of a named export under that export only, not under an
+	// address it had before and still answers at.
+	Names export.Names
 	// AbandonAfter is how long a volume made from a snapshot or volume
 	// and never handed out may go without CreateVolume asking for it
 	// before it is discarded (provision.SweepAbandoned); 0: never.
@@ -82,7 +87,7 @@ func New(cfg Config, m nfsmount.Mounter) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{mounts: mounts, copies: newCopies(cfg.Copying)}
+	s := &Set{mounts: mounts, copies: newCopies(cfg.Copying), names: cfg.Names}
 	s.bg, s.stop = context.WithCancel(context.Background())
 	if cfg.PurgeWorkers > 0 {
 		s.purger = provision.NewPurger(cfg.PurgeWorkers)
@@ -173,13 +178,14 @@ func (s *Set) OnVolume(ctx context.Context, id volumeid.ID, fn func(*provision.A
 // mounted with opts, and keeps options too long for the ID in the
 // registry.
 func (s *Set) VolumeID(e export.Export, rec *provision.Record, opts mountopts.Options) (volumeid.ID, error) {
-	return s.idFor(e, rec.Key(), rec.Token, opts)
+	return s.idFor(rec.ExportName, e, rec.Key(), rec.Token, opts)
 }
 
-// idFor returns the ID of the record key.token on the share e mounted with
-// opts, keeping options too long for the ID in the registry.
-func (s *Set) idFor(e export.Export, key, token string, opts mountopts.Options) (volumeid.ID, error) {
-	id, err := volumeid.ForShare(e, key, token, opts)
+// idFor returns the ID of the record key.token on the share e (of the
+// export named name; "": none) mounted with opts, keeping options too
+// long for the ID in the registry.
+func (s *Set) idFor(name string, e export.Export, key, token string, opts mountopts.Options) (volumeid.ID, error) {
+	id, err := volumeid.ForNamedShare(name, e, key, token, opts)
 	if err != nil {
 		return id, fault.New(fault.InvalidArgument, "%v", err)
 	}

@@ -92,7 +92,7 @@ func (r Snapshots) ListSnapshots(ctx context.Context, token string, max int, sou
 				klog.Warningf("listing snapshots: share %s: %v; left out", k.e, err)
 				return nil, nil
 			}
-			if err != nil || snap == nil || source != nil && !snap.SourceIs(*source) {
+			if err != nil || snap == nil || source != nil && !snap.SourceIs(*source) || s.names.Elsewhere(snap.ExportName, k.e) {
 				return nil, err
 			}
 			id, err := r.snapshotID(k, share, snap)
@@ -115,7 +115,7 @@ func (r Snapshots) snapshotID(k knownExport, share *Share, snap *provision.Snaps
 			opts = o
 		}
 	}
-	vol, err := s.idFor(k.e, snap.SourceKey, snap.SourceToken, opts)
+	vol, err := s.idFor(snap.ExportName, k.e, snap.SourceKey, snap.SourceToken, opts)
 	if err != nil {
 		return volumeid.ID{}, err
 	}

@@ -17,6 +17,15 @@
 // snapshot's record. Parse never accepts a snapshot ID, nor ParseSnapshot a
 // volume ID, so neither can stand for the other.
 //
+// A volume on a named export (version 2) carries the export's name in
+// place of its server and share, so that the export can move (a new
+// server, a new address) with its volumes' IDs unchanged:
+//
+//	n2|<name>|<key>.<token>|<options>
+//
+// and its snapshots "s2" likewise. The driver's configuration says where
+// each name is now (export.Names).
+//
 // <key> (20 base32 characters) names the record and is derived from the
 // volume's directory (and, for a volume sharing its directory, its name);
 // <token> (8 base32 characters) is random per creation, so an ID
@@ -46,12 +55,14 @@ import (
 const MaxLen = 128
 
 const (
-	prefix     = "n1"
-	snapPrefix = "s1"
-	sep        = "|"
-	keyLen     = 20
-	tokenLen   = 8
-	refLen     = 16
+	prefix          = "n1"
+	snapPrefix      = "s1"
+	namedPrefix     = "n2"
+	namedSnapPrefix = "s2"
+	sep             = "|"
+	keyLen          = 20
+	tokenLen        = 8
+	refLen          = 16
 )
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
@@ -61,6 +72,10 @@ var ErrNotNative = errors.New("not an nfsdir volume ID")
 
 // ID is a parsed nfsdir volume ID.
 type ID struct {
+	// Name is the export's name, for a volume of a named export; "" for
+	// one whose ID holds its server and share. A parsed named ID has no
+	// Export until it is looked up (export.Names).
+	Name       string
 	Export     export.Export
 	Key        string // record key, derived from the volume name
 	Token      string // random per creation
@@ -119,7 +134,20 @@ func OptionsDigest(options string) string {
 // reach, the subset of options needed to reach the share, when that fits.
 // It fails when even the bare digest does not fit.
 func New(e export.Export, key, token, options, reach string) (ID, error) {
-	id := ID{Export: e, Key: key, Token: token, Options: options}
+	return build(ID{Export: e, Key: key, Token: token, Options: options}, reach)
+}
+
+// NewNamed is New for a volume of the export named name (at e now).
+func NewNamed(name string, e export.Export, key, token, options, reach string) (ID, error) {
+	if err := export.CheckName(name); err != nil {
+		return ID{}, err
+	}
+	return build(ID{Name: name, Export: e, Key: key, Token: token, Options: options}, reach)
+}
+
+// build fits id in MaxLen, as New says.
+func build(id ID, reach string) (ID, error) {
+	options := id.Options
 	if len(id.String()) <= MaxLen {
 		return id, nil
 	}
@@ -140,6 +168,15 @@ func ForShare(e export.Export, key, token string, opts mountopts.Options) (ID, e
 	return New(e, key, token, opts.String(), opts.ForReach().String())
 }
 
+// ForNamedShare is ForShare for a share of the export named name ("":
+// none, ForShare).
+func ForNamedShare(name string, e export.Export, key, token string, opts mountopts.Options) (ID, error) {
+	if name == "" {
+		return ForShare(e, key, token, opts)
+	}
+	return NewNamed(name, e, key, token, opts.String(), opts.ForReach().String())
+}
+
 // String formats the ID. Parse(id.String()) returns id.
 func (id ID) String() string {
 	opts := escape(id.Options)
@@ -148,6 +185,13 @@ func (id ID) String() string {
 		if id.Options != "" {
 			opts += "," + escape(id.Options)
 		}
+	}
+	if id.Name != "" {
+		p := namedPrefix
+		if id.Snapshot {
+			p = namedSnapPrefix
+		}
+		return strings.Join([]string{p, id.Name, id.Key + "." + id.Token, opts}, sep)
 	}
 	p := prefix
 	if id.Snapshot {
@@ -167,34 +211,51 @@ func Parse(s string) (ID, error) { return parse(s, false) }
 func ParseSnapshot(s string) (ID, error) { return parse(s, true) }
 
 func parse(s string, snapshot bool) (ID, error) {
-	p := prefix
+	p, named := prefix, namedPrefix
 	if snapshot {
-		p = snapPrefix
+		p, named = snapPrefix, namedSnapPrefix
 	}
-	if !strings.HasPrefix(s, p+sep) {
+	want := 5
+	switch {
+	case strings.HasPrefix(s, p+sep):
+	case strings.HasPrefix(s, named+sep):
+		want = 4
+	default:
 		return ID{}, fmt.Errorf("%w: %q", ErrNotNative, truncate(s))
 	}
 	if len(s) > MaxLen {
 		return ID{}, fmt.Errorf("ID is %d bytes long; at most %d", len(s), MaxLen)
 	}
+	var id ID
 	f := strings.Split(s, sep)
-	if len(f) != 5 {
-		return ID{}, fmt.Errorf("volume ID %q has %d fields, want 5", s, len(f))
+	if len(f) != want {
+		return ID{}, fmt.Errorf("volume ID %q has %d fields, want %d", s, len(f), want)
 	}
-	server, err1 := unescape(f[1])
-	share, err2 := unescape(f[2])
-	if err := errors.Join(err1, err2); err != nil {
-		return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
-	}
-	e, err := export.New(server, share)
-	if err != nil {
-		return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+	if len(f) == 4 {
+		if err := export.CheckName(f[1]); err != nil {
+			return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+		}
+		// The same fields as version 1 from here on: [prefix, name,
+		// "", key.token, options].
+		id.Name, f = f[1], []string{f[0], f[1], "", f[2], f[3]}
+	} else {
+		server, err1 := unescape(f[1])
+		share, err2 := unescape(f[2])
+		if err := errors.Join(err1, err2); err != nil {
+			return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+		}
+		e, err := export.New(server, share)
+		if err != nil {
+			return ID{}, fmt.Errorf("volume ID %q: %v", s, err)
+		}
+		id.Export = e
 	}
 	key, token, ok := strings.Cut(f[3], ".")
 	if !ok || !ValidKey(key, token) {
 		return ID{}, fmt.Errorf("volume ID %q: malformed key", s)
 	}
-	id := ID{Export: e, Key: key, Token: token, Snapshot: snapshot}
+	id.Key, id.Token, id.Snapshot = key, token, snapshot
+	var err error
 	if ref, ok := strings.CutPrefix(f[4], "@"); ok {
 		ref, reach, _ := strings.Cut(ref, ",")
 		if !isHex(ref, refLen) {

@@ -165,6 +165,11 @@ func FuzzParse(f *testing.F) {
 	f.Add("10.0.0.1#srv#../../etc#u#delete")
 	f.Add(SnapshotOf(id, KeyForSnapshot("snap"), "abcdefgh").String())
 	f.Add("s#share#snap#snap#pvc")
+	named, _ := NewNamed("main", export.Export{Server: "s", Share: "/x"}, KeyForDir("x"), "abcdefgh", "nfsvers=4.1", "")
+	f.Add(named.String())
+	f.Add(SnapshotOf(named, KeyForSnapshot("snap"), "abcdefgh").String())
+	f.Add("n2|Main|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")
+	f.Add("n2|main|s|aaaaaaaaaaaaaaaaaaaa.bbbbbbbb|")
 	f.Fuzz(func(t *testing.T, s string) {
 		if l, err := ParseLegacySnapshot(s); err == nil && (safepath.CheckStaticPath(l.Archive) != nil || l.Archive == "") {
 			t.Fatalf("accepted legacy snapshot %q with unsafe archive %q", s, l.Archive)
@@ -187,10 +192,58 @@ func FuzzParse(f *testing.F) {
 		if id.String() != s || len(s) > MaxLen {
 			t.Fatalf("accepted %q does not round-trip: %q", s, id.String())
 		}
+		if id.Name != "" {
+			if export.CheckName(id.Name) != nil || id.Export != (export.Export{}) {
+				t.Fatalf("accepted %q with name %q, export %+v", s, id.Name, id.Export)
+			}
+			return
+		}
 		if _, err := export.New(id.Export.Server, id.Export.Share); err != nil {
 			t.Fatalf("accepted %q with invalid export: %v", s, err)
 		}
 	})
+}
+
+// TestNamedIDs: a volume of a named export has an ID of its name, not its
+// address: where the export is does not change it; it parses back with
+// the name and no export; its snapshots likewise; a bad name is refused.
+func TestNamedIDs(t *testing.T) {
+	a, err := NewNamed("main", mustExport(t, "nfs1.example.com", "/srv/k8s"), KeyForDir("x"), "abcdefgh", "nfsvers=4.1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewNamed("main", mustExport(t, "10.0.0.9", "/exports/k8s"), KeyForDir("x"), "abcdefgh", "nfsvers=4.1", "")
+	if a.String() != "n2|main|"+KeyForDir("x")+".abcdefgh|nfsvers=4.1" || a.String() != b.String() {
+		t.Fatalf("named IDs %q, %q", a, b)
+	}
+	got, err := Parse(a.String())
+	if err != nil || got.Name != "main" || got.Export != (export.Export{}) || got.Key != a.Key || got.Options != "nfsvers=4.1" {
+		t.Fatalf("Parse = %+v, %v", got, err)
+	}
+	snap := SnapshotOf(a, KeyForSnapshot("s"), "abcdefgh")
+	if !strings.HasPrefix(snap.String(), "s2|main|") {
+		t.Errorf("snapshot ID %q", snap)
+	}
+	if _, err := Parse(snap.String()); err == nil {
+		t.Error("a named snapshot ID parses as a volume ID")
+	}
+	if s, err := ParseSnapshot(snap.String()); err != nil || s.Name != "main" || !s.Snapshot {
+		t.Errorf("ParseSnapshot = %+v, %v", s, err)
+	}
+	if _, err := ParseSnapshot(a.String()); err == nil {
+		t.Error("a named volume ID parses as a snapshot ID")
+	}
+	if _, err := NewNamed("Main", mustExport(t, "s", "/x"), KeyForDir("x"), "abcdefgh", "", ""); err == nil {
+		t.Error("a bad name made an ID")
+	}
+	o, err := mountopts.Parse("nfsvers=4.2,hard,timeo=600,retrans=5,rsize=1048576,wsize=1048576,sec=krb5p,xprtsec=mtls,noresvport")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ForNamedShare("main", mustExport(t, "s", "/x"), KeyForDir("x"), "abcdefgh", o)
+	if err != nil || id.OptionsRef == "" || len(id.String()) > MaxLen {
+		t.Errorf("long options: %q, %v", id, err)
+	}
 }
 
 func TestParseLegacySnapshot(t *testing.T) {

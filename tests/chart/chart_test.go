@@ -46,7 +46,7 @@ var valueSets = map[string][]string{
 	// Drop-in for csi-driver-nfs: nfsdir under its driver name.
 	"dropin":       {"driver.name=nfs.csi.k8s.io"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}", "quota.clientSecret=nfsdir-quota-client"},
-	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true", "driver.clusterID=prod-eu-1"},
+	"replicas":     {"controller.replicas=3", "imagePullSecrets[0].name=regcred", "controller.podLabels.team=storage", "logFormat=json", "controller.claimMetadata.enabled=true", "driver.clusterID=prod-eu-1", "exports.main.server=nfs1.example.com", "exports.main.share=/srv/k8s", "exports.v6.server=fd00::1", "exports.v6.share=/k8s"},
 }
 
 // rendered holds the decoded objects of one helm template run.
@@ -316,6 +316,12 @@ func TestInvariants(t *testing.T) {
 			claimMeta := strings.Contains(values, "claimMetadata.enabled=true")
 			if hasArg(nfsdir, "--read-claim-metadata") != claimMeta || (claimMeta && !grants(r, "", "persistentvolumeclaims", "get")) {
 				t.Errorf("claim metadata %v: controller args %v", claimMeta, nfsdir.Args)
+			}
+			named := strings.Contains(values, "exports.main")
+			for _, c := range []*corev1.Container{nfsdir, container(t, r.daemonSets[0].Spec.Template.Spec, "nfsdir")} {
+				if hasArg(c, "--export=main=nfs1.example.com:/srv/k8s") != named || hasArg(c, "--export=v6=[fd00::1]:/k8s") != named || hasArg(c, "--export") != named {
+					t.Errorf("exports %v: %s args %v", named, c.Name, c.Args)
+				}
 			}
 			clusterID := strings.Contains(values, "driver.clusterID=prod-eu-1")
 			if hasArg(nfsdir, "--cluster-id=prod-eu-1") != clusterID || hasArg(nfsdir, "--cluster-id") != clusterID {

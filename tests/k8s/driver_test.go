@@ -49,7 +49,8 @@ func TestDriverOnKubernetes(t *testing.T) {
 	}
 	c := startCluster(t)
 	c.startNFSServer(true)
-	c.installDriver("--set", "quota.clientSecret="+quotaClientSecret)
+	sh(t, "ip addr add "+movedFrom+"/32 dev dummy0")
+	c.installDriver("--set", "quota.clientSecret="+quotaClientSecret, "--set", "exports.main.server="+movedFrom, "--set", "exports.main.share=/")
 	c.runSteps([]step{
 		{"ReadWriteManyDeployment", (*cluster).readWriteMany},
 		{"OnlineExpansion", (*cluster).onlineExpansion},
@@ -68,7 +69,10 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"HardQuota", (*cluster).hardQuota},
 		{"DriverMetrics", (*cluster).driverMetrics},
 		{"NodePluginRestart", (*cluster).nodePluginRestart},
+		{"NamedExportBeforeMove", (*cluster).namedExportBeforeMove},
 		{"HelmUpgrade", (*cluster).helmUpgrade},
+		// The upgrade moved the named export main to nodeIP.
+		{"NamedExportAfterMove", (*cluster).namedExportAfterMove},
 		{"ControllerRestartsUnderLoad", (*cluster).controllerRestartsUnderLoad},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},
@@ -679,7 +683,7 @@ func (c *cluster) helmUpgrade() {
 	}
 	began := time.Now()
 	out := c.helm("upgrade", release, filepath.Join(c.bin, "chart", "nfsdir"), "--namespace", driverNS, "--reuse-values",
-		"--set", "feature.enableInlineVolume=true", "--set", "driver.mountTimeout=90s")
+		"--set", "feature.enableInlineVolume=true", "--set", "driver.mountTimeout=90s", "--set", "exports.main.server="+nodeIP)
 	c.stage(fmt.Sprintf("helm upgrade returned after %.1fs", time.Since(began).Seconds()))
 	if !strings.Contains(out, "REVISION: 2") {
 		c.t.Fatalf("helm upgrade:\n%s", out)

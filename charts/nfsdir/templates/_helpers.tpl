@@ -161,3 +161,13 @@ security daemons: pass the same dict. */}}
 {{- $d := .root.Values.securityDaemons -}}
 {{- if and (index $d .component) (or $d.tlshd.enabled $d.gssd.enabled) -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+The named exports (value exports), one --export argument each, for the
+controller and the node plugin alike.
+*/}}
+{{- define "nfsdir.exportArgs" -}}
+{{- range $name, $e := .Values.exports }}
+- --export={{ $name }}={{ if contains ":" $e.server }}[{{ $e.server }}]{{ else }}{{ $e.server }}{{ end }}:{{ $e.share }}
+{{- end }}
+{{- end -}}

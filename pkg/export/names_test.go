@@ -1,0 +1,83 @@
+package export
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseNames(t *testing.T) {
+	n, err := ParseNames([]string{"main=nfs1.example.com:/srv/k8s", "v6=[fd00::1]:/srv/a:/b", "fast-2=10.0.0.2:/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]Export{
+		"main":   {Server: "nfs1.example.com", Share: "/srv/k8s"},
+		"v6":     {Server: "fd00::1", Share: "/srv/a:/b"},
+		"fast-2": {Server: "10.0.0.2", Share: "/"},
+	} {
+		if got, ok := n.Lookup(name); !ok || got != want {
+			t.Errorf("%s = %+v, %v; want %+v", name, got, ok, want)
+		}
+	}
+	if n.List() != "fast-2, main, v6" || (Names{}).List() != "none" {
+		t.Errorf("List = %q", n.List())
+	}
+	for want, list := range map[string][]string{
+		"must be name=server:/share":               {"main"},
+		"must be name=server:/share ":              {"main=nfs1"},
+		"export name \"Main\"":                     {"Main=a:/b"},
+		"export name \"-a\"":                       {"-a=a:/b"},
+		"export name \"\"":                         {"=a:/b"},
+		"given twice":                              {"a=x:/y", "a=z:/y"},
+		"export a: parameter \"share\"":            {"a=x:/y/../z"},
+		"export name \"" + strings.Repeat("a", 33): {strings.Repeat("a", 33) + "=x:/y"},
+	} {
+		if _, err := ParseNames(list); err == nil || !strings.Contains(err.Error(), strings.TrimSpace(want)) {
+			t.Errorf("%v: %v, want %q", list, err, want)
+		}
+	}
+}
+
+// FuzzParseNamed: whatever the text, an accepted entry has a valid name
+// and an export New accepts as it is, and prints back to what parses to
+// the same.
+func FuzzParseNamed(f *testing.F) {
+	f.Add("main=nfs1.example.com:/srv/k8s")
+	f.Add("v6=[fd00::1]:/srv")
+	f.Add("a=b:/c=d:/e")
+	f.Add("x=-o:/y")
+	f.Fuzz(func(t *testing.T, s string) {
+		name, e, err := ParseNamed(s)
+		if err != nil {
+			return
+		}
+		if CheckName(name) != nil {
+			t.Fatalf("%q: name %q accepted", s, name)
+		}
+		if again, err := New(e.Server, e.Share); err != nil || again != e {
+			t.Fatalf("%q: export %+v is not normal: %+v, %v", s, e, again, err)
+		}
+		n2, e2, err := ParseNamed(name + "=" + e.String())
+		if err != nil || n2 != name || e2 != e {
+			t.Fatalf("%q: printed back as %q: %q %+v %v", s, name+"="+e.String(), n2, e2, err)
+		}
+	})
+}
+
+func TestElsewhere(t *testing.T) {
+	n := Names{"main": {Server: "b", Share: "/x"}}
+	for _, c := range []struct {
+		name string
+		at   Export
+		want bool
+	}{
+		{"", Export{Server: "a", Share: "/x"}, false},
+		{"main", Export{Server: "b", Share: "/x"}, false},
+		{"main", Export{Server: "a", Share: "/x"}, true},
+		{"gone", Export{Server: "b", Share: "/x"}, true},
+	} {
+		if got := n.Elsewhere(c.name, c.at); got != c.want {
+			t.Errorf("Elsewhere(%q, %v) = %v", c.name, c.at, got)
+		}
+	}
+}
