@@ -16,7 +16,7 @@ FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volum
 	pkg/targetpath:FuzzCheck pkg/provision:FuzzTuner pkg/capacity:FuzzTallyCountsEachFileOnce pkg/capacity:FuzzDecode \
 	pkg/params:FuzzParseMutable pkg/safepath:FuzzArchiveEntry pkg/migrate:FuzzPlanStaysInsideTheShare \
 	pkg/publock:FuzzParse pkg/mounttable:FuzzParseStats pkg/mountsec:FuzzAskedAndVerify pkg/secdaemons:FuzzParse \
-	pkg/export:FuzzParseNamed
+	pkg/export:FuzzParseNamed pkg/placement:FuzzChoose
 FUZZTIME ?= 300000x
 # Targets that make files (a temporary directory per input) run for
 # FUZZTIME_FS each: some 1,500 inputs a second instead of hundreds of

@@ -11,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
@@ -18,6 +19,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/keylock"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/params"
+	"github.com/nfsdir/nfsdir/pkg/placement"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
@@ -45,6 +47,8 @@ type Controller struct {
 	cluster *cluster
 	// names says where each named export is now (--export).
 	names export.Names
+	// placer chooses the export of a new volume.
+	placer *placer
 }
 
 // quotaSetter sets and clears volumes' limits through quota agents
@@ -143,6 +147,9 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	var rec *provision.Record
 	var id volumeid.ID
 	err = s.bounded(ctx, req.GetName(), func() error {
+		if err := s.placer.place(ctx, req.GetVolumeContentSource(), &cp, &preq, opts); err != nil {
+			return err
+		}
 		return s.shares.On(ctx, cp.Export, opts, true, func(a *provision.Area, share *shares.Share) (err error) {
 			if rec, err = a.Create(ctx, preq); err != nil {
 				return err
@@ -161,6 +168,7 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.placer.memo.done(req.GetName())
 	klog.Infof("volume %q: %q on %s (onDelete=%s, mode %04o, %s)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode, rec.Source)
 	vctx := csiVolume(id, rec).VolumeContext
 	if cp.StrictOptions {
@@ -177,8 +185,9 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 }
 
 // createRequest checks a CreateVolume request and works out the volume it
-// asks for: the StorageClass's parameters, the VolumeAttributesClass's,
-// the driver's defaults and the content source.
+// asks for: the StorageClass's parameters, the VolumeAttributesClass's
+// and the driver's defaults. Where it goes, and its content source
+// there, are for place.
 func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeRequest) (preq provision.Request, cp params.Create, opts mountopts.Options, err error) {
 	if req.GetName() == "" {
 		return preq, cp, opts, invalid("volume name is required")
@@ -203,9 +212,6 @@ func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeReq
 	cp, err = params.ParseCreate(p, claim)
 	if err != nil {
 		return preq, cp, opts, invalid("%v", err)
-	}
-	if err := exportNamed(s.names, &cp); err != nil {
-		return preq, cp, opts, toStatus(err)
 	}
 	if cp.QuotaAgent != "" && s.quotas == nil {
 		return preq, cp, opts, toStatus(noQuotaClient(cp.QuotaAgent))
@@ -238,9 +244,6 @@ func (s *Controller) createRequest(ctx context.Context, req *csi.CreateVolumeReq
 	}
 	if preq.Mode == 0 {
 		preq.Mode = s.defaultMode
-	}
-	if preq.Source, err = contentSource(req.GetVolumeContentSource(), cp.Export, s.names); err != nil {
-		return preq, cp, opts, err
 	}
 	return preq, cp, opts, nil
 }
@@ -518,8 +521,11 @@ func (s *Controller) exists(ctx context.Context, raw string) error {
 	return nil
 }
 
-// GetCapacity returns the free space of the share named by the parameters;
-// without parameters there is no share to measure and it returns 0.
+// GetCapacity returns the free space of the export the parameters name;
+// of a class of several exports, the room of those that take new
+// volumes, summed, and the most one of them has as the largest volume.
+// Drained exports and space over the fill threshold do not count. Without
+// parameters there is no export to measure and it returns 0.
 func (s *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	p := req.GetParameters()
 	server, _ := lookupFold(p, params.KeyServer)
@@ -528,14 +534,13 @@ func (s *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	if server == "" && share == "" && name == "" {
 		return &csi.GetCapacityResponse{}, nil
 	}
-	e, err := export.New(server, share)
-	if name != "" {
-		cp := params.Create{ExportName: name}
-		err = exportNamed(s.names, &cp)
-		e = cp.Export
-	}
+	e, pl, err := params.ParsePlacement(p)
 	if err != nil {
 		return nil, invalid("%v", err)
+	}
+	members, err := s.placer.members(params.Create{Export: e, Placement: pl})
+	if err != nil {
+		return nil, toStatus(err)
 	}
 	var flags []string
 	for _, c := range req.GetVolumeCapabilities() {
@@ -545,8 +550,24 @@ func (s *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
+	if !pl.Chooses() {
+		return s.capacityOf(ctx, members[0].at, opts)
+	}
+	found := s.placer.readMembers(ctx, members, "", pl, opts)
+	policy := placement.Policy{FillPercent: pl.FillPercent}
+	resp := &csi.GetCapacityResponse{}
+	for _, m := range found {
+		room := policy.Room(m)
+		resp.AvailableCapacity += room
+		resp.MaximumVolumeSize = wrapperspb.Int64(max(resp.MaximumVolumeSize.GetValue(), room))
+	}
+	return resp, nil
+}
+
+// capacityOf is the available space of export e's file system.
+func (s *Controller) capacityOf(ctx context.Context, e export.Export, opts mountopts.Options) (*csi.GetCapacityResponse, error) {
 	var available int64
-	err = s.bounded(ctx, "capacity of "+e.String(), func() error {
+	err := s.bounded(ctx, "capacity of "+e.String(), func() error {
 		sh, err := s.shares.Mount(ctx, e, opts)
 		if err != nil {
 			return err

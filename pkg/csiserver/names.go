@@ -29,20 +29,6 @@ func locate(names export.Names, id *volumeid.ID) error {
 	return nil
 }
 
-// exportNamed is where the export a StorageClass names is now;
-// InvalidArgument when the configuration does not hold the name.
-func exportNamed(names export.Names, cp *params.Create) error {
-	if cp.ExportName == "" {
-		return nil
-	}
-	e, ok := names.Lookup(cp.ExportName)
-	if !ok {
-		return fault.New(fault.InvalidArgument, "the StorageClass names export %q, which the driver's configuration does not name (it names %s): add it to the chart value exports (flag --export)", cp.ExportName, names.List())
-	}
-	cp.Export = e
-	return nil
-}
-
 // locateVolume fills in where the named export of a volume's attributes
 // is now. A node whose configuration does not hold the name mounts the
 // address the volume was made on, when the attributes have it.

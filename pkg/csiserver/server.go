@@ -91,7 +91,8 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		d.shares = set
 		d.shareMetrics(set)
 		d.controller = &Controller{shares: set,
-			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode, names: names}
+			defaultOnDelete: cfg.DefaultOnDelete, defaultMode: config.DefaultVolumeMode, names: names,
+			placer: &placer{shares: set, names: names}}
 		if pool != nil {
 			d.controller.quotas = pool
 		}

@@ -2,6 +2,7 @@ package export
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -92,4 +93,27 @@ func (n Names) List() string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
+}
+
+// MaxPool is the most exports one StorageClass may name.
+const MaxPool = 16
+
+// ParseList parses a comma-separated list of export names (spaces around
+// names are ignored): 1 to MaxPool names, none given twice.
+func ParseList(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		name := strings.TrimSpace(f)
+		if err := CheckName(name); err != nil {
+			return nil, err
+		}
+		if slices.Contains(out, name) {
+			return nil, fmt.Errorf("export %s is named twice", name)
+		}
+		out = append(out, name)
+	}
+	if len(out) > MaxPool {
+		return nil, fmt.Errorf("%d exports named; at most %d", len(out), MaxPool)
+	}
+	return out, nil
 }

@@ -81,3 +81,15 @@ func TestElsewhere(t *testing.T) {
 		}
 	}
 }
+
+func TestParseList(t *testing.T) {
+	got, err := ParseList(" fast-1, fast-2 ,archive")
+	if err != nil || strings.Join(got, "|") != "fast-1|fast-2|archive" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	for _, bad := range []string{"", "a,", "a,,b", "a,a", "A", "a;b", strings.Repeat("x,", MaxPool) + "y"} {
+		if got, err := ParseList(bad); err == nil {
+			t.Errorf("ParseList(%q) = %q", bad, got)
+		}
+	}
+}

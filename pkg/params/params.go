@@ -41,6 +41,8 @@ const (
 	KeyGIDRangeEnd      = "gidrangeend"
 	KeyReuseDirectory   = "reusedirectory"
 	KeyExport           = "export"
+	KeyDrainExports     = "drainexports"
+	KeyFillThreshold    = "fillthreshold"
 	KeyPVCName          = "csi.storage.k8s.io/pvc/name"
 	KeyPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
 	KeyPVName           = "csi.storage.k8s.io/pv/name"
@@ -51,12 +53,13 @@ const (
 var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
 	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
 	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore", KeyStrictOptions: "strictMountOptions",
-	KeyGIDRangeStart: "gidRangeStart", KeyGIDRangeEnd: "gidRangeEnd", KeyReuseDirectory: "reuseDirectory"}
+	KeyGIDRangeStart: "gidRangeStart", KeyGIDRangeEnd: "gidRangeEnd", KeyReuseDirectory: "reuseDirectory",
+	KeyDrainExports: "drainExports", KeyFillThreshold: "fillThreshold"}
 
 // The keys StorageClass parameters (createKeys) and volume attributes
 // (volumeKeys) may use.
 var (
-	createKeys = []string{KeyServer, KeyShare, KeyExport, KeySubDir, KeyMountPermissions, KeyOnDelete,
+	createKeys = []string{KeyServer, KeyShare, KeyExport, KeyDrainExports, KeyFillThreshold, KeySubDir, KeyMountPermissions, KeyOnDelete,
 		KeyUID, KeyGID, KeyAllowShared, KeyQuotaAgent, KeyCopyAgent, KeyKeepSetID, KeyStrictOptions, KeyGIDRangeStart, KeyGIDRangeEnd, KeyReuseDirectory, KeyPVCName, KeyPVCNamespace, KeyPVName}
 	volumeKeys = []string{KeyServer, KeyShare, KeyExport, KeySubDir, KeyMountOptions,
 		KeyMountPermissions, KeyOnDelete, KeyUID, KeyGID, KeyStrictOptions}
@@ -111,14 +114,18 @@ func ParseOnDelete(s string) (OnDelete, error) {
 // Create holds the parameters of a CreateVolume call.
 type Create struct {
 	// Export is the share's server and path; zero when the class names
-	// the export (ExportName), which the caller looks up.
+	// its export (ExportName) or exports (Placement.Pool), which the
+	// caller looks up.
 	Export     export.Export
 	ExportName string
-	SubDir     string      // resolved volume path relative to the share
-	Mode       uint32      // permission bits for the new directory (0 = driver default)
-	OnDelete   OnDelete    // "" = driver default
-	UID, GID   int         // owner of the new directory; -1 = unchanged
-	Vars       subdir.Vars // the claim's names, as passed by csi-provisioner
+	// Placement is where the class's volumes may go: the exports it
+	// names, those drained, the fill threshold.
+	Placement Placement
+	SubDir    string      // resolved volume path relative to the share
+	Mode      uint32      // permission bits for the new directory (0 = driver default)
+	OnDelete  OnDelete    // "" = driver default
+	UID, GID  int         // owner of the new directory; -1 = unchanged
+	Vars      subdir.Vars // the claim's names, as passed by csi-provisioner
 	// Shared lets several volumes use one directory (allowSharedSubDir).
 	// Only valid with onDelete retain: deleting one volume must not delete
 	// the others' data.
@@ -170,11 +177,11 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 		return Create{}, err
 	}
 	c := Create{UID: -1, GID: -1}
-	if c.Export, c.ExportName, err = exportOf(m); err != nil {
+	if c.Export, c.Placement, err = placementOf(m); err != nil {
 		return Create{}, err
 	}
-	if _, server := m[KeyServer]; c.ExportName != "" && (server || m[KeyShare] != "") {
-		return Create{}, fmt.Errorf("parameter \"export\" names the server and share: leave out \"server\" and \"share\"")
+	if len(c.Placement.Pool) == 1 {
+		c.ExportName = c.Placement.Pool[0]
 	}
 	c.Vars = subdir.Vars{PVCName: m[KeyPVCName], PVCNamespace: m[KeyPVCNamespace], PVName: m[KeyPVName], Claim: claim}
 	if c.SubDir, err = subdir.Expand(m[KeySubDir], c.Vars); err != nil {
@@ -206,18 +213,8 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	if c.GID, err = parseID(m, KeyGID); err != nil {
 		return Create{}, err
 	}
-	if v, ok := m[KeyQuotaAgent]; ok {
-		if c.QuotaAgent, err = ParseEndpoint(v); err != nil {
-			return Create{}, fmt.Errorf("parameter \"quotaAgent\" %v", err)
-		}
-		if c.Shared {
-			return Create{}, fmt.Errorf("parameter \"quotaAgent\" cannot limit a shared directory (allowSharedSubDir): its volumes would share one limit")
-		}
-	}
-	if v, ok := m[KeyCopyAgent]; ok {
-		if c.CopyAgent, err = ParseEndpoint(v); err != nil {
-			return Create{}, fmt.Errorf("parameter \"copyAgent\" %v", err)
-		}
+	if err := c.parseAgents(m); err != nil {
+		return Create{}, err
 	}
 	if v, ok := m[KeyKeepSetID]; ok {
 		if c.KeepSetID, err = strconv.ParseBool(v); err != nil {
@@ -239,10 +236,103 @@ func ParseCreate(p map[string]string, claim *subdir.Claim) (Create, error) {
 	if err := c.checkReuse(m[KeySubDir]); err != nil {
 		return Create{}, err
 	}
+	if len(c.Placement.Pool) > 1 && c.Shared {
+		return Create{}, fmt.Errorf("parameter \"allowSharedSubDir\" needs a class of one export: the volumes of a shared directory must all be on the export that holds it")
+	}
 	if !c.GIDRange.None() && c.Shared {
 		return Create{}, fmt.Errorf("parameter \"gidRangeStart\" cannot give a GID of its own to a shared directory (allowSharedSubDir)")
 	}
 	return c, nil
+}
+
+// parseAgents reads the class's quotaAgent and copyAgent.
+func (c *Create) parseAgents(m map[string]string) (err error) {
+	if v, ok := m[KeyQuotaAgent]; ok {
+		if c.QuotaAgent, err = ParseEndpoint(v); err != nil {
+			return fmt.Errorf("parameter \"quotaAgent\" %v", err)
+		}
+		if c.Shared {
+			return fmt.Errorf("parameter \"quotaAgent\" cannot limit a shared directory (allowSharedSubDir): its volumes would share one limit")
+		}
+	}
+	if v, ok := m[KeyCopyAgent]; ok {
+		if c.CopyAgent, err = ParseEndpoint(v); err != nil {
+			return fmt.Errorf("parameter \"copyAgent\" %v", err)
+		}
+	}
+	return nil
+}
+
+// Placement is where a StorageClass's new volumes may go.
+type Placement struct {
+	// Pool names the class's exports (parameter export: one name, or
+	// several, a pool); nil for a class of server and share.
+	Pool []string
+	// Drain names the exports of Pool that take no new volumes
+	// (drainExports).
+	Drain []string
+	// FillPercent: an export whose file system is this full or fuller
+	// takes no new volumes (fillThreshold, 1-100); 0: no limit.
+	FillPercent int
+}
+
+// Chooses reports whether placing a volume of the class reads its
+// exports' file systems: a pool, a drained export or a fill threshold.
+func (p Placement) Chooses() bool {
+	return len(p.Pool) > 1 || len(p.Drain) > 0 || p.FillPercent > 0
+}
+
+// ParsePlacement reads where the volumes of a StorageClass with
+// parameters p go: its server and share, or its exports, and the limits
+// on them. Other keys are checked to be known and otherwise ignored.
+func ParsePlacement(p map[string]string) (export.Export, Placement, error) {
+	m, err := lower(p, "parameter", createKeys...)
+	if err != nil {
+		return export.Export{}, Placement{}, err
+	}
+	return placementOf(m)
+}
+
+func placementOf(m map[string]string) (export.Export, Placement, error) {
+	var pl Placement
+	names, named := m[KeyExport]
+	_, server := m[KeyServer]
+	_, share := m[KeyShare]
+	var e export.Export
+	var err error
+	switch {
+	case named && (server || share):
+		return e, pl, fmt.Errorf("parameter \"export\" names the server and share: leave out \"server\" and \"share\"")
+	case named:
+		if pl.Pool, err = export.ParseList(names); err != nil {
+			return e, pl, fmt.Errorf("parameter \"export\": %v", err)
+		}
+	default:
+		if e, err = export.New(m[KeyServer], m[KeyShare]); err != nil {
+			return e, pl, err
+		}
+	}
+	if v, ok := m[KeyDrainExports]; ok && strings.TrimSpace(v) != "" {
+		if !named {
+			return e, pl, fmt.Errorf("parameter \"drainExports\" drains exports a class names with parameter \"export\"; this class names a server and share")
+		}
+		if pl.Drain, err = export.ParseList(v); err != nil {
+			return e, pl, fmt.Errorf("parameter \"drainExports\": %v", err)
+		}
+		for _, d := range pl.Drain {
+			if !slices.Contains(pl.Pool, d) {
+				return e, pl, fmt.Errorf("parameter \"drainExports\" names %s, which parameter \"export\" (%s) does not", d, names)
+			}
+		}
+	}
+	if v, ok := m[KeyFillThreshold]; ok {
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), "%"))
+		if err != nil || n < 1 || n > 100 {
+			return e, pl, fmt.Errorf("parameter \"fillThreshold\" %q must be a percentage from 1 to 100", v)
+		}
+		pl.FillPercent = n
+	}
+	return e, pl, nil
 }
 
 // exportOf reads where a volume is: a named export, or a server and

@@ -1,10 +1,10 @@
 package params
 
 import (
-	"github.com/nfsdir/nfsdir/pkg/export"
 	"strings"
 	"testing"
 
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/subdir"
 )
@@ -111,6 +111,42 @@ func TestNamedExports(t *testing.T) {
 	}
 	if _, err := ParseVolume(map[string]string{"export": "main", "server": "10.0.0.1"}); err == nil {
 		t.Error("a server without its share was accepted")
+	}
+}
+
+func TestPools(t *testing.T) {
+	c, err := ParseCreate(map[string]string{"export": "fast-1, fast-2,slow", "drainExports": "slow", "fillThreshold": "85%", KeyPVName: "pvc-1"}, nil)
+	if err != nil || c.ExportName != "" || strings.Join(c.Placement.Pool, " ") != "fast-1 fast-2 slow" ||
+		strings.Join(c.Placement.Drain, " ") != "slow" || c.Placement.FillPercent != 85 || !c.Placement.Chooses() {
+		t.Fatalf("ParseCreate = %+v, %v", c, err)
+	}
+	c, err = ParseCreate(map[string]string{"server": "s", "share": "/e", "fillThreshold": "90", KeyPVName: "pvc-1"}, nil)
+	if err != nil || c.Placement.FillPercent != 90 || !c.Placement.Chooses() || c.Export.Server != "s" {
+		t.Fatalf("a threshold on a server and share: %+v, %v", c, err)
+	}
+	if c, _ := ParseCreate(map[string]string{"export": "one", KeyPVName: "pvc-1"}, nil); c.Placement.Chooses() {
+		t.Error("a class of one export without limits reads its space")
+	}
+	for _, bad := range []map[string]string{
+		{"export": "a,b", "drainExports": "c"},
+		{"export": "a,b", "fillThreshold": "0"},
+		{"export": "a,b", "fillThreshold": "101"},
+		{"export": "a,b", "fillThreshold": "most"},
+		{"export": "a,a"},
+		{"export": "a,b", "share": ""},
+		{"export": "a,b", "allowSharedSubDir": "true", "onDelete": "retain"},
+		{"server": "s", "share": "/e", "drainExports": "a"},
+	} {
+		bad[KeyPVName] = "pvc-1"
+		if c, err := ParseCreate(bad, nil); err == nil {
+			t.Errorf("ParseCreate(%v) = %+v", bad, c)
+		}
+	}
+	if _, err := ParseVolume(map[string]string{"export": "a,b", "subDir": "x"}); err == nil {
+		t.Error("volume attributes of two exports were accepted")
+	}
+	if e, pl, err := ParsePlacement(map[string]string{"Export": "a,b", "SubDir": "${pvc.metadata.name}"}); err != nil || len(pl.Pool) != 2 || e != (export.Export{}) {
+		t.Errorf("ParsePlacement = %v, %+v, %v", e, pl, err)
 	}
 }
 

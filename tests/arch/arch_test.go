@@ -12,7 +12,7 @@ import (
 
 const module = "github.com/nfsdir/nfsdir"
 
-var pure = []string{"capacity", "config", "export", "fault", "mountopts", "mountsec", "mounttable", "params", "safepath", "subdir", "volumeid", "keylock", "version", "gidrange"}
+var pure = []string{"capacity", "config", "export", "fault", "mountopts", "mountsec", "mounttable", "params", "safepath", "subdir", "volumeid", "keylock", "version", "gidrange", "placement"}
 
 func deps(t *testing.T, pkg string) []string {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).Output()

@@ -36,6 +36,7 @@ type Fake struct {
 	// client's) of the first mount of the server that set them.
 	ShareCache bool
 	devices    int
+	space      map[string]spaceAnswer // source -> Probe's answer
 }
 
 var _ nfsmount.Mounter = (*Fake)(nil)
@@ -193,8 +194,40 @@ func (f *Fake) Targets(source string) ([]string, error) {
 	return out, nil
 }
 
-// Probe stats the local directory behind path.
+// SetSpace makes Probe of the mounts of source answer u (nil: stat the
+// local directory again), or err when set: a full export, one that does
+// not answer.
+func (f *Fake) SetSpace(source string, u *nfsmount.Usage, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.space == nil {
+		f.space = map[string]spaceAnswer{}
+	}
+	if u == nil && err == nil {
+		delete(f.space, source)
+		return
+	}
+	f.space[source] = spaceAnswer{u, err}
+}
+
+type spaceAnswer struct {
+	u   *nfsmount.Usage
+	err error
+}
+
+// Probe stats the local directory behind path, unless SetSpace gave the
+// answer for the mount's source.
 func (f *Fake) Probe(ctx context.Context, path string) (nfsmount.Usage, error) {
+	f.mu.Lock()
+	e, mounted := f.table[filepath.Clean(path)]
+	a, set := f.space[e.Source]
+	f.mu.Unlock()
+	if mounted && set {
+		if a.err != nil {
+			return nfsmount.Usage{}, a.err
+		}
+		return *a.u, nil
+	}
 	return nfsmount.NewSystem().Probe(ctx, path)
 }
 
