@@ -101,6 +101,7 @@ func driverFlags(cfg *config.Config) (*pflag.FlagSet, driverFlagValues) {
 	fs.Float64Var(&cfg.CopyRate, "copy-rate", 0, "files and directories the snapshot, restore and clone copies make per second, all together (0: no bound)")
 	fs.BoolVar(&cfg.ReadClaimMetadata, "read-claim-metadata", false, "let subDir templates use the claim's labels and annotations, read from the Kubernetes API with the pod's service account (needs get on persistentvolumeclaims)")
 	fs.StringArrayVar(&cfg.Exports, "export", nil, "a named export, name=server:/share (repeatable): StorageClasses with export: <name> make volumes whose IDs carry the name, and every call finds the export where this flag says it is now")
+	fs.StringVar(&cfg.ExportsFile, "exports-file", "", "a file of more named exports, one name=server:/share per line (# comments), read again every 10 s while the driver runs: adding an export or changing its address takes effect without a restart")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", "", "the cluster's identity, written into each new volume's record and compared by StorageClasses with reuseDirectory; default: the UID of the kube-system namespace (read from the Kubernetes API)")
 	fs.StringVar(&cfg.QuotaCert, "quota-tls-cert", "", "client certificate (PEM) for the quota agents StorageClasses name with quotaAgent; read again when it changes")
 	fs.StringVar(&cfg.QuotaKey, "quota-tls-key", "", "its private key (PEM)")

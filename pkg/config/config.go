@@ -99,6 +99,10 @@ type Config struct {
 	// Exports are the named exports, "name=server:/share" each: where
 	// the volumes of StorageClasses that name an export are now.
 	Exports []string
+	// ExportsFile, when set, is a file of more named exports, one
+	// "name=server:/share" per line, read again while the driver runs:
+	// the chart's value exports, in a ConfigMap.
+	ExportsFile string
 	// QuotaCert, QuotaKey and QuotaCA are the controller's client
 	// certificate, its key and the agents' CA, for the quota agents
 	// StorageClasses name (quotaAgent); empty: none.
@@ -284,11 +288,12 @@ func ParseEndpoint(ep string) (network, address string, err error) {
 	return "", "", fmt.Errorf("--endpoint %q must start with unix:// or tcp://", ep)
 }
 
-// Names returns the named exports (Exports); Validate has checked them.
-func (c Config) Names() export.Names {
+// Names returns the named exports of the flags (Exports); Validate has
+// checked them.
+func (c Config) Names() map[string]export.Export {
 	n, err := export.ParseNames(c.Exports)
 	if err != nil {
-		return export.Names{}
+		return nil
 	}
 	return n
 }

@@ -1,6 +1,8 @@
 package csiserver
 
 import (
+	"sync"
+
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/export"
@@ -43,6 +45,35 @@ func locateVolume(names export.Names, v *params.Volume) error {
 	if v.Export == (export.Export{}) {
 		return fault.New(fault.InvalidArgument, "the volume is on export %q, which this node's configuration does not name (it names %s): add it to the chart value exports (flag --export)", v.ExportName, names.List())
 	}
-	klog.Warningf("export %q is not in this node's configuration (it names %s): mounting %s, where it was when the volume was made", v.ExportName, names.List(), v.Export)
+	if unnamed.first(v.ExportName) {
+		klog.Warningf("export %q is not in this node's configuration (it names %s): mounting its volumes where they were when they were made (%s for this one); said once per name", v.ExportName, names.List(), v.Export)
+	}
 	return nil
+}
+
+// unnamed remembers the export names a node was asked for and lacks, so
+// that it says so once per name rather than at every publish.
+var unnamed = onceEach{max: 256}
+
+// onceEach answers true the first time it is given each string, up to
+// max strings; after that, always true.
+type onceEach struct {
+	mu   sync.Mutex
+	seen map[string]bool
+	max  int
+}
+
+func (o *onceEach) first(s string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[s] {
+		return false
+	}
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	if len(o.seen) < o.max {
+		o.seen[s] = true
+	}
+	return true
 }

@@ -55,7 +55,7 @@ func TestNamedExportMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	to := export.Export{Server: "nfs2.example", Share: "/srv/moved"}
-	d.controller.names["main"], d.node.names["main"] = to, to
+	d.controller.names.Replace(map[string]export.Export{"main": to})
 
 	if _, err := ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}}); err != nil {
 		t.Fatalf("expand after the move: %v", err)
@@ -90,7 +90,7 @@ func TestNamedExportMoves(t *testing.T) {
 	}
 
 	// A name the configuration lacks: refused, never taken as gone.
-	delete(d.controller.names, "main")
+	d.controller.names.Replace(nil)
 	if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.VolumeId}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `export "main"`) {
 		t.Errorf("DeleteVolume of an unknown export: %v", err)
 	}
@@ -105,7 +105,7 @@ func TestNamedExportMoves(t *testing.T) {
 		t.Fatalf("the volume's directory: %v", err)
 	}
 
-	d.controller.names["main"] = to
+	d.controller.names.Replace(map[string]export.Export{"main": to})
 	if _, err := ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshot().GetSnapshotId()}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +114,16 @@ func TestNamedExportMoves(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(old, "a")); !os.IsNotExist(err) {
 		t.Errorf("deleted volume's directory: %v", err)
+	}
+}
+
+func TestOnceEach(t *testing.T) {
+	o := onceEach{max: 2}
+	got := []bool{o.first("a"), o.first("a"), o.first("b"), o.first("c"), o.first("c"), o.first("b")}
+	want := []bool{true, false, true, true, true, false}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("first: %v, want %v", got, want)
+		}
 	}
 }

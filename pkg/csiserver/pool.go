@@ -197,7 +197,7 @@ func (s *placer) choose(ctx context.Context, members []member, cp params.Create,
 	}
 	key := (&provision.Record{Name: preq.Name, SubDir: preq.SubDir, Shared: preq.Shared}).Key()
 	found := s.readMembers(ctx, members, key, cp.Placement, opts)
-	i, err := placement.Choose(found, placement.Policy{FillPercent: cp.Placement.FillPercent})
+	i, err := placement.Choose(found, placement.Policy{FillPercent: cp.Placement.FillPercent}, preq.Name)
 	var ex *placement.Exhausted
 	switch {
 	case errors.As(err, &ex):

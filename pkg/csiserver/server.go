@@ -24,6 +24,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nfsdir/nfsdir/pkg/config"
+	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/exportfile"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/serveragent"
@@ -55,19 +57,41 @@ type Driver struct {
 	node       *Node // nil without the node service
 	metrics    *metrics.Metrics
 	serving    atomic.Bool
+	exports    *exportfile.Watcher // nil without an exports file
+}
+
+// exportNames is the one table of export names the controller, its
+// shares and the node share: the flags', and the exports file's, kept in
+// step with it while the driver serves.
+func (d *Driver) exportNames() (export.Names, error) {
+	names := export.NewNames(d.cfg.Names())
+	if d.cfg.ExportsFile == "" {
+		return names, nil
+	}
+	w, err := exportfile.New(d.cfg.ExportsFile, d.cfg.Names(), names)
+	d.exports = w
+	return names, err
+}
+
+// mountMetrics exports how many mount(8) processes m runs, when it says.
+func (d *Driver) mountMetrics(m nfsmount.Mounter) {
+	if mp, ok := m.(interface{ MountsInProgress() int64 }); ok {
+		d.metrics.Gauge("nfsdir_mounts_in_progress", "mount(8) processes running.", func() float64 { return float64(mp.MountsInProgress()) })
+	}
 }
 
 // New builds the driver for cfg, using m for all mounts. cfg must be valid.
 func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 	d := &Driver{cfg: cfg, metrics: metrics.New()}
 	d.server = grpc.NewServer(grpc.UnaryInterceptor(d.observe))
-	if mp, ok := m.(interface{ MountsInProgress() int64 }); ok {
-		d.metrics.Gauge("nfsdir_mounts_in_progress", "mount(8) processes running.", func() float64 { return float64(mp.MountsInProgress()) })
+	d.mountMetrics(m)
+	names, err := d.exportNames()
+	if err != nil {
+		return nil, err
 	}
 	id := &Identity{name: cfg.DriverName, version: cfg.Version, controller: cfg.Controller(), ready: d.ready}
 	csi.RegisterIdentityServer(d.server, id)
 	if cfg.Controller() {
-		names := cfg.Names() // one map: the controller and its shares see the same
 		var pool *serveragent.Pool
 		acct := usage.Accounting{Every: cfg.CountEvery, Rate: cfg.CountRate, Workers: cfg.CountWorkers}
 		copying := shares.Copying{Workers: cfg.CopyWorkers, Rate: cfg.CopyRate}
@@ -116,7 +140,7 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		}
 		d.views = views
 		node := &Node{nodeID: cfg.NodeID, driverName: cfg.DriverName, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
-			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views, names: cfg.Names()}
+			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views, names: names}
 		d.node = node
 		d.metrics.Gauge("nfsdir_node_mount_option_differences", "Volume mounts this node plugin made that did not get the mount options they asked for (the kernel's shared client or cache gave them another mount's).", node.optionDifferences)
 		d.metrics.GaugeByLabel("nfsdir_node_volume_mounts", "This node's NFS mounts of volumes, by the security the mount table shows them with (sec=, xprtsec=).", "security", node.mountSecurity)
@@ -254,10 +278,13 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	if d.shares != nil {
 		go d.shares.Resume()
 	}
-	cctx, stopClaims := context.WithCancel(context.Background())
+	cctx, stopClaims := context.WithCancel(context.Background()) // the claims loop and the exports file
 	defer stopClaims()
 	if d.claims != nil {
 		go d.claims.loop(cctx)
+	}
+	if d.exports != nil {
+		go d.exports.Watch(cctx)
 	}
 	klog.Infof("%s %s serving %s services on %s", d.cfg.DriverName, d.cfg.Version, d.cfg.Mode, l.Addr())
 	var err error

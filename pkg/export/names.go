@@ -5,13 +5,54 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
-// Names maps the stable names of exports to where they are now. A volume
-// made on a named export carries the name, never the address, in its ID,
-// so moving the export (a new server, a new address, a load balancer in
-// front) is a change of Names and a restart, and the volumes follow.
-type Names map[string]Export
+// Names says where each export name is now. A volume made on a named
+// export carries the name, never the address, in its ID, so moving the
+// export (a new server, a new address, a load balancer in front) is a
+// change of Names, and the volumes follow. Names is a handle: copies
+// share one table, which Replace changes for all of them at once; it is
+// safe for concurrent use. The zero Names names nothing.
+type Names struct{ t *table }
+
+type table struct {
+	mu sync.RWMutex
+	m  map[string]Export
+}
+
+// NewNames returns Names holding m (copied).
+func NewNames(m map[string]Export) Names {
+	n := Names{&table{}}
+	n.Replace(m)
+	return n
+}
+
+// Replace makes the names m (copied) hold from now on, for every copy of
+// n.
+func (n Names) Replace(m map[string]Export) {
+	c := make(map[string]Export, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	n.t.mu.Lock()
+	n.t.m = c
+	n.t.mu.Unlock()
+}
+
+// Map returns a copy of the names held now.
+func (n Names) Map() map[string]Export {
+	out := map[string]Export{}
+	if n.t == nil {
+		return out
+	}
+	n.t.mu.RLock()
+	defer n.t.mu.RUnlock()
+	for k, v := range n.t.m {
+		out[k] = v
+	}
+	return out
+}
 
 // MaxNameLen is the longest export name.
 const MaxNameLen = 32
@@ -51,8 +92,8 @@ func ParseNamed(s string) (string, Export, error) {
 
 // ParseNames parses a list of "name=server:/share"; a name given twice is
 // an error.
-func ParseNames(list []string) (Names, error) {
-	n := Names{}
+func ParseNames(list []string) (map[string]Export, error) {
+	n := map[string]Export{}
 	for _, s := range list {
 		name, e, err := ParseNamed(s)
 		if err != nil {
@@ -66,9 +107,38 @@ func ParseNames(list []string) (Names, error) {
 	return n, nil
 }
 
+// MaxFile is the largest exports file ParseFile reads.
+const MaxFile = 1 << 20
+
+// ParseFile parses an exports file: one "name=server:/share" per line;
+// blank lines and lines beginning with '#' are skipped. Errors name the
+// line.
+func ParseFile(text string) (map[string]Export, error) {
+	if len(text) > MaxFile {
+		return nil, fmt.Errorf("exports file of %d bytes: at most %d", len(text), MaxFile)
+	}
+	var list []string
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, err := ParseNames([]string{line}); err != nil {
+			return nil, fmt.Errorf("line %d: %v", i+1, err)
+		}
+		list = append(list, line)
+	}
+	return ParseNames(list)
+}
+
 // Lookup returns the export name stands for now.
 func (n Names) Lookup(name string) (Export, bool) {
-	e, ok := n[name]
+	if n.t == nil {
+		return Export{}, false
+	}
+	n.t.mu.RLock()
+	defer n.t.mu.RUnlock()
+	e, ok := n.t.m[name]
 	return e, ok
 }
 
@@ -78,14 +148,14 @@ func (n Names) Elsewhere(name string, e Export) bool {
 	if name == "" {
 		return false
 	}
-	now, ok := n[name]
+	now, ok := n.Lookup(name)
 	return !ok || now != e
 }
 
 // List returns the names, sorted, for messages.
 func (n Names) List() string {
 	var names []string
-	for name := range n {
+	for name := range n.Map() {
 		names = append(names, name)
 	}
 	sort.Strings(names)

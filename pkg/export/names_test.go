@@ -6,10 +6,11 @@ import (
 )
 
 func TestParseNames(t *testing.T) {
-	n, err := ParseNames([]string{"main=nfs1.example.com:/srv/k8s", "v6=[fd00::1]:/srv/a:/b", "fast-2=10.0.0.2:/"})
+	m, err := ParseNames([]string{"main=nfs1.example.com:/srv/k8s", "v6=[fd00::1]:/srv/a:/b", "fast-2=10.0.0.2:/"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := NewNames(m)
 	for name, want := range map[string]Export{
 		"main":   {Server: "nfs1.example.com", Share: "/srv/k8s"},
 		"v6":     {Server: "fd00::1", Share: "/srv/a:/b"},
@@ -65,7 +66,7 @@ func FuzzParseNamed(f *testing.F) {
 }
 
 func TestElsewhere(t *testing.T) {
-	n := Names{"main": {Server: "b", Share: "/x"}}
+	n := NewNames(map[string]Export{"main": {Server: "b", Share: "/x"}})
 	for _, c := range []struct {
 		name string
 		at   Export
@@ -91,5 +92,57 @@ func TestParseList(t *testing.T) {
 		if got, err := ParseList(bad); err == nil {
 			t.Errorf("ParseList(%q) = %q", bad, got)
 		}
+	}
+}
+
+func TestParseFile(t *testing.T) {
+	m, err := ParseFile("# the cluster's exports\n\nmain=nfs1.example.com:/srv/k8s\n  fast-1 = 10.0.0.1:/a \n")
+	if err == nil {
+		t.Fatalf("spaces around '=' accepted: %v", m)
+	}
+	m, err = ParseFile("# the cluster's exports\n\nmain=nfs1.example.com:/srv/k8s\n  fast-1=10.0.0.1:/a \n")
+	if err != nil || len(m) != 2 || m["fast-1"] != (Export{Server: "10.0.0.1", Share: "/a"}) {
+		t.Fatalf("ParseFile = %v, %v", m, err)
+	}
+	for want, text := range map[string]string{
+		"line 2":      "a=x:/y\nb",
+		"given twice": "a=x:/y\na=x:/z",
+		"at most":     strings.Repeat("#", MaxFile+1),
+	} {
+		if _, err := ParseFile(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.20q: %v, want %q", text, err, want)
+		}
+	}
+}
+
+// TestNamesReplace: every copy of a Names sees a Replace at once, and
+// readers never see a table half changed.
+func TestNamesReplace(t *testing.T) {
+	n := NewNames(map[string]Export{"a": {Server: "s1", Share: "/x"}})
+	copyOf := n
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 1000; i++ {
+			m := copyOf.Map()
+			if a, b := m["a"], m["b"]; b != (Export{}) && a.Server != b.Server {
+				t.Errorf("half a table: %v", m)
+				return
+			}
+		}
+	}()
+	for i := 0; i < 1000; i++ {
+		s := "s1"
+		if i%2 == 1 {
+			s = "s2"
+		}
+		n.Replace(map[string]Export{"a": {Server: s, Share: "/x"}, "b": {Server: s, Share: "/y"}})
+	}
+	<-done
+	if e, ok := copyOf.Lookup("b"); !ok || e.Server != "s2" {
+		t.Errorf("the copy sees %v, %v", e, ok)
+	}
+	if (Names{}).Elsewhere("a", Export{}) != true || (Names{}).List() != "none" {
+		t.Error("the zero Names names something")
 	}
 }

@@ -7,10 +7,16 @@
 // the same creation, or a directory a claim takes over) takes it, whatever
 // its space; otherwise the member with the most available bytes among
 // those that are not drained, could be read and are below the fill
-// threshold, the earliest in the class's list on a tie.
+// threshold. Members within Slack of the most count as equal, and a hash
+// of the volume's name and the member's chooses among them: a burst of
+// new volumes spreads evenly over exports of the same room (empty
+// directories change no one's space), and the same name gets the same
+// member.
 package placement
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strings"
@@ -101,9 +107,13 @@ func (e *Ambiguous) Error() string {
 	return fmt.Sprintf("exports %s each hold a record at the volume's directory: remove or rename the one that is not the volume's", strings.Join(e.Names, " and "))
 }
 
-// Choose returns the index of the member that takes the volume, or an
-// *Exhausted or *Ambiguous error.
-func Choose(members []Member, p Policy) (int, error) {
+// Slack is the share of the most available bytes by which members may
+// differ and still count as equal.
+const Slack = 0.05
+
+// Choose returns the index of the member that takes the volume named
+// volume, or an *Exhausted or *Ambiguous error.
+func Choose(members []Member, p Policy, volume string) (int, error) {
 	var holding []int
 	for i, m := range members {
 		if m.Holds != "" && m.Err == nil {
@@ -121,21 +131,39 @@ func Choose(members []Member, p Policy) (int, error) {
 		}
 		return -1, amb
 	}
-	best := -1
+	most := int64(-1)
 	var ex Exhausted
-	for i, m := range members {
+	for _, m := range members {
 		if why := p.skip(m); why != "" {
 			ex.Reasons = append(ex.Reasons, label(m)+": "+why)
 			continue
 		}
-		if best < 0 || m.AvailableBytes > members[best].AvailableBytes {
-			best = i
-		}
+		most = max(most, m.AvailableBytes)
 	}
-	if best < 0 {
+	if most < 0 {
 		return -1, &ex
 	}
+	floor := most - int64(float64(most)*Slack)
+	best, bestScore := -1, uint64(0)
+	for i, m := range members {
+		if p.skip(m) != "" || m.AvailableBytes < floor {
+			continue
+		}
+		if score := Score(volume, m.Name); best < 0 || score > bestScore {
+			best, bestScore = i, score
+		}
+	}
 	return best, nil
+}
+
+// Score is the hash that ranks member for volume among equals: the first
+// 8 bytes of the SHA-256 of both names.
+func Score(volume, member string) uint64 {
+	h := sha256.New()
+	h.Write([]byte(volume))
+	h.Write([]byte{0})
+	h.Write([]byte(member))
+	return binary.BigEndian.Uint64(h.Sum(nil))
 }
 
 func label(m Member) string {

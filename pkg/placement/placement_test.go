@@ -2,6 +2,7 @@ package placement
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -18,7 +19,9 @@ func TestChoose(t *testing.T) {
 		why     string // in the error when want < 0
 	}{
 		{"most available", []Member{{Name: "a", UsedBytes: 5 * gib, AvailableBytes: 5 * gib}, {Name: "b", UsedBytes: 1 * gib, AvailableBytes: 9 * gib}}, Policy{}, 1, ""},
-		{"tie: the class's order", []Member{{Name: "a", AvailableBytes: gib}, {Name: "b", AvailableBytes: gib}}, Policy{}, 0, ""},
+		{"a tie: the hash", []Member{{Name: "a", AvailableBytes: gib}, {Name: "b", AvailableBytes: gib}}, Policy{}, tieWinner("pvc-1", "a", "b"), ""},
+		{"within the slack: the hash", []Member{{Name: "a", AvailableBytes: 100 * gib}, {Name: "b", AvailableBytes: 96 * gib}}, Policy{}, tieWinner("pvc-1", "a", "b"), ""},
+		{"beyond the slack: the most", []Member{{Name: "a", AvailableBytes: 100 * gib}, {Name: "b", AvailableBytes: 94 * gib}}, Policy{}, 0, ""},
 		{"drained skipped", []Member{{Name: "a", AvailableBytes: 9 * gib, Drained: true}, {Name: "b", AvailableBytes: gib}}, Policy{}, 1, ""},
 		{"unreachable skipped", []Member{{Name: "a", Err: down}, {Name: "b", AvailableBytes: gib}}, Policy{}, 1, ""},
 		{"over the threshold skipped", []Member{{Name: "a", UsedBytes: 1, AvailableBytes: 9}, {Name: "b", UsedBytes: 95, AvailableBytes: 5}}, Policy{FillPercent: 90}, 0, ""},
@@ -31,7 +34,7 @@ func TestChoose(t *testing.T) {
 		{"a class of server and share", []Member{{UsedBytes: 97, AvailableBytes: 3}}, Policy{FillPercent: 95}, -1, "the export: 97% full"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := Choose(c.members, c.policy)
+			got, err := Choose(c.members, c.policy, "pvc-1")
 			if got != c.want {
 				t.Fatalf("Choose = %d, %v; want %d", got, err, c.want)
 			}
@@ -39,6 +42,36 @@ func TestChoose(t *testing.T) {
 				t.Errorf("error %v, want one with %q", err, c.why)
 			}
 		})
+	}
+}
+
+// tieWinner is the index of the member Score puts first for volume.
+func tieWinner(volume string, names ...string) int {
+	best := 0
+	for i, n := range names {
+		if Score(volume, n) > Score(volume, names[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// TestABurstSpreads: volumes made one after the other on exports of the
+// same room (empty directories take none) spread evenly over them.
+func TestABurstSpreads(t *testing.T) {
+	ms := []Member{{Name: "fast-1", AvailableBytes: gib}, {Name: "fast-2", AvailableBytes: gib}, {Name: "fast-3", AvailableBytes: gib}}
+	counts := make([]int, len(ms))
+	for i := 0; i < 3000; i++ {
+		got, err := Choose(ms, Policy{}, fmt.Sprintf("pvc-%08x-%d", i*2654435761, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[got]++
+	}
+	for i, n := range counts {
+		if n < 850 || n > 1150 {
+			t.Errorf("%s got %d of 3000: %v", ms[i].Name, n, counts)
+		}
 	}
 }
 
@@ -72,9 +105,9 @@ func TestPercentAndRoom(t *testing.T) {
 // record or may take volumes and has the most available bytes of those
 // that may; an error only when no member may.
 func FuzzChoose(f *testing.F) {
-	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, uint8(90))
-	f.Add([]byte{0, 0, 0, 0, 255, 255, 255, 255}, uint8(0))
-	f.Fuzz(func(t *testing.T, b []byte, fill uint8) {
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, uint8(90), "pvc-1")
+	f.Add([]byte{0, 0, 0, 0, 255, 255, 255, 255}, uint8(0), "")
+	f.Fuzz(func(t *testing.T, b []byte, fill uint8, name string) {
 		p := Policy{FillPercent: int(fill % 101)}
 		var ms []Member
 		for len(b) >= 4 && len(ms) < 16 {
@@ -89,7 +122,7 @@ func FuzzChoose(f *testing.F) {
 			ms = append(ms, m)
 			b = b[4:]
 		}
-		i, err := Choose(ms, p)
+		i, err := Choose(ms, p, name)
 		holders := 0
 		for _, m := range ms {
 			if m.Holds != "" && m.Err == nil {
@@ -102,14 +135,17 @@ func FuzzChoose(f *testing.F) {
 			}
 			return
 		}
-		eligible := -1
-		for j, m := range ms {
-			if p.skip(m) == "" && (eligible < 0 || m.AvailableBytes > ms[eligible].AvailableBytes) {
-				eligible = j
+		most := int64(-1)
+		for _, m := range ms {
+			if p.skip(m) == "" {
+				most = max(most, m.AvailableBytes)
 			}
 		}
-		if i != eligible || (err == nil) != (i >= 0) {
-			t.Fatalf("Choose %d, %v; want %d", i, err, eligible)
+		if (err == nil) != (i >= 0) || (i >= 0) != (most >= 0) {
+			t.Fatalf("Choose %d, %v; the most available of those that may: %d", i, err, most)
+		}
+		if i >= 0 && (p.skip(ms[i]) != "" || float64(ms[i].AvailableBytes) < float64(most)*(1-Slack)-1) {
+			t.Fatalf("Choose %d (%+v); the most available of those that may: %d", i, ms[i], most)
 		}
 		if i >= 0 && (p.Room(ms[i]) < 0 || p.Room(ms[i]) > ms[i].AvailableBytes) {
 			t.Fatalf("room %d of %+v", p.Room(ms[i]), ms[i])

@@ -21,6 +21,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nfsdir/nfsdir/pkg/export"
 )
 
 const chartDir = "../../charts/nfsdir"
@@ -62,6 +64,7 @@ type rendered struct {
 	roleBinds   []rbacv1.RoleBinding
 	snapClasses []volumeSnapshotClass
 	sccs        []scc
+	configMaps  []corev1.ConfigMap
 	names       map[string]int // "Kind/namespace/name" -> count
 }
 
@@ -141,6 +144,8 @@ func render(t *testing.T, release string, set []string) *rendered {
 			decodeAppend(t, d, &r.snapClasses)
 		case "SecurityContextConstraints":
 			decodeAppend(t, d, &r.sccs)
+		case "ConfigMap":
+			decodeAppend(t, d, &r.configMaps)
 		default:
 			t.Errorf("unexpected kind %s", meta.Kind)
 		}
@@ -317,12 +322,7 @@ func TestInvariants(t *testing.T) {
 			if hasArg(nfsdir, "--read-claim-metadata") != claimMeta || (claimMeta && !grants(r, "", "persistentvolumeclaims", "get")) {
 				t.Errorf("claim metadata %v: controller args %v", claimMeta, nfsdir.Args)
 			}
-			named := strings.Contains(values, "exports.main")
-			for _, c := range []*corev1.Container{nfsdir, container(t, r.daemonSets[0].Spec.Template.Spec, "nfsdir")} {
-				if hasArg(c, "--export=main=nfs1.example.com:/srv/k8s") != named || hasArg(c, "--export=v6=[fd00::1]:/k8s") != named || hasArg(c, "--export") != named {
-					t.Errorf("exports %v: %s args %v", named, c.Name, c.Args)
-				}
-			}
+			checkExports(t, r, strings.Contains(values, "exports.main"), dep, r.daemonSets[0].Spec.Template.Spec)
 			clusterID := strings.Contains(values, "driver.clusterID=prod-eu-1")
 			if hasArg(nfsdir, "--cluster-id=prod-eu-1") != clusterID || hasArg(nfsdir, "--cluster-id") != clusterID {
 				t.Errorf("driver.clusterID %v: controller args %v", clusterID, nfsdir.Args)
@@ -698,6 +698,40 @@ func TestControllerOnTheHostNetwork(t *testing.T) {
 		}
 		if mounted != on || (hostPaths == 1) != on {
 			t.Errorf("hostNetwork=%v: /host/proc mounted %v, %d host paths", on, mounted, hostPaths)
+		}
+	}
+}
+
+// checkExports: the value exports is a ConfigMap of one
+// name=server:/share per line, which the controller and the node plugin
+// mount (read-only, without subPath, so that updates reach them) and
+// follow with --exports-file; no export is an argument, so changing
+// exports changes no pod template.
+func checkExports(t *testing.T, r *rendered, named bool, pods ...corev1.PodSpec) {
+	t.Helper()
+	var data string
+	for _, cm := range r.configMaps {
+		if strings.HasSuffix(cm.Name, "-exports") {
+			data = cm.Data["exports"]
+		}
+	}
+	has := strings.Contains(data, "\nmain=nfs1.example.com:/srv/k8s\n") && strings.Contains(data, "\nv6=[fd00::1]:/k8s")
+	if has != named {
+		t.Errorf("exports %v: the ConfigMap holds %q", named, data)
+	}
+	if _, err := export.ParseFile(data); err != nil {
+		t.Errorf("the exports ConfigMap does not parse: %v", err)
+	}
+	for _, pod := range pods {
+		c := container(t, pod, "nfsdir")
+		mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == "exports" && m.ReadOnly && m.SubPath == "" && m.MountPath == "/etc/nfsdir/exports"
+		})
+		volume := slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+			return v.Name == "exports" && v.ConfigMap != nil && strings.HasSuffix(v.ConfigMap.Name, "-exports")
+		})
+		if !hasArg(c, "--exports-file=/etc/nfsdir/exports/exports") || hasArg(c, "--export") || !mounted || !volume {
+			t.Errorf("%s: args %v, exports mounted %v, volume %v", c.Name, c.Args, mounted, volume)
 		}
 	}
 }

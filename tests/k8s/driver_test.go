@@ -73,6 +73,7 @@ func TestDriverOnKubernetes(t *testing.T) {
 		{"HelmUpgrade", (*cluster).helmUpgrade},
 		// The upgrade moved the named export main to nodeIP.
 		{"NamedExportAfterMove", (*cluster).namedExportAfterMove},
+		{"PoolGrowsWithoutRestart", (*cluster).poolGrowsWithoutRestart},
 		{"ControllerRestartsUnderLoad", (*cluster).controllerRestartsUnderLoad},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},

@@ -163,11 +163,10 @@ security daemons: pass the same dict. */}}
 {{- end -}}
 
 {{/*
-The named exports (value exports), one --export argument each, for the
-controller and the node plugin alike.
+The controller's and the node plugin's view of the exports ConfigMap.
 */}}
-{{- define "nfsdir.exportArgs" -}}
-{{- range $name, $e := .Values.exports }}
-- --export={{ $name }}={{ if contains ":" $e.server }}[{{ $e.server }}]{{ else }}{{ $e.server }}{{ end }}:{{ $e.share }}
-{{- end }}
+{{- define "nfsdir.exportsVolume" -}}
+- name: exports
+  configMap:
+    name: {{ include "nfsdir.fullname" . }}-exports
 {{- end -}}
