@@ -64,11 +64,12 @@ type Driver struct {
 // shares and the node share: the flags', and the exports file's, kept in
 // step with it while the driver serves.
 func (d *Driver) exportNames() (export.Names, error) {
-	names := export.NewNames(d.cfg.Names())
+	fixed := d.cfg.Names()
+	names := export.NewNames(fixed)
 	if d.cfg.ExportsFile == "" {
 		return names, nil
 	}
-	w, err := exportfile.New(d.cfg.ExportsFile, d.cfg.Names(), names)
+	w, err := exportfile.New(d.cfg.ExportsFile, fixed, names)
 	d.exports = w
 	return names, err
 }

@@ -85,8 +85,9 @@ func (p Policy) skip(m Member) string {
 		return "its file system reports no size"
 	case m.AvailableBytes <= 0:
 		return "full"
-	case p.FillPercent > 0 && m.Percent() >= p.FillPercent:
-		return fmt.Sprintf("%d%% full, at or over fillThreshold %d%%", m.Percent(), p.FillPercent)
+	}
+	if pc := m.Percent(); p.FillPercent > 0 && pc >= p.FillPercent {
+		return fmt.Sprintf("%d%% full, at or over fillThreshold %d%%", pc, p.FillPercent)
 	}
 	return ""
 }
