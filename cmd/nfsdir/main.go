@@ -110,6 +110,7 @@ func driverFlags(cfg *config.Config) (*pflag.FlagSet, driverFlagValues) {
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on (/metrics); off when empty")
 	fs.StringVar(&cfg.HealthAddress, "health-address", "", "host:port to serve /healthz on, reflecting the CSI Probe; off when empty")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", cfg.KubeletDir, "kubelet's root directory; the node service mounts only on kubelet's CSI volume paths below it")
+	fs.BoolVar(&cfg.NodeStage, "node-stage", false, "stage volumes: one NFS mount per export and option set on the node, bind-mounted for each volume and pod, instead of one NFS mount per pod")
 	fs.StringVar(&cfg.PublishRoot, "publish-root", "", "outside Kubernetes: accept any publish target below this directory instead of kubelet's layout")
 	fs.StringVar(&cfg.MountDefaults, "mount-options-default", cfg.MountDefaults, "mount options every publish gets unless the volume's options say otherwise (\"suid\" undoes \"nosuid\")")
 	fs.StringVar(&cfg.MountForced, "mount-options-forced", "", "mount options every publish gets; a volume option that undoes or changes one is refused")

@@ -125,6 +125,10 @@ type Config struct {
 	// PublishRoot, when set, replaces kubelet's layout: any target below it
 	// is accepted (container orchestrators other than Kubernetes, csi-sanity).
 	PublishRoot string
+	// NodeStage makes the node plugin stage volumes (STAGE_UNSTAGE_VOLUME):
+	// one NFS mount per export and option set on the node, below
+	// StateDir/node/stage, and bind mounts for each volume and pod.
+	NodeStage bool
 	// InlineAllow lists where CSI inline volumes may come from
 	// (export.ParseAllowList); it is enforced only when InlineAllowSet.
 	InlineAllow    string

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -24,6 +23,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/mounttable"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/nodestage"
 	"github.com/nfsdir/nfsdir/pkg/params"
 	"github.com/nfsdir/nfsdir/pkg/provision"
 	"github.com/nfsdir/nfsdir/pkg/safepath"
@@ -38,7 +38,8 @@ import (
 const statsTimeout = 10 * time.Second
 
 // Node serves the CSI Node service: each publish is an NFS mount of the
-// volume's directory on the target path. There is no staging.
+// volume's directory on the target path, or, in NodeStage mode, a bind
+// mount of the volume's staging path (nodestage.go).
 type Node struct {
 	csi.UnimplementedNodeServer
 	nodeID       string
@@ -53,6 +54,7 @@ type Node struct {
 	views        *shares.Set       // read-only share mounts for records and figures; nil: statfs only
 	claims       *nodeClaims       // single-node volumes kept to one node; nil: not enforced
 	names        export.Names      // where each named export is now (--export)
+	stager       *nodestage.Stager // nil: no NodeStage; each publish is an NFS mount
 
 	mu        sync.Mutex
 	published map[string]map[string]bool // volume ID -> targets this process mounted
@@ -72,7 +74,11 @@ var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
 // NodeGetCapabilities lists the node RPCs nfsdir implements.
 func (s *Node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	resp := &csi.NodeGetCapabilitiesResponse{}
-	for _, c := range nodeCaps {
+	caps := nodeCaps
+	if s.stager != nil {
+		caps = append(slices.Clip(caps), csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	}
+	for _, c := range caps {
 		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
 			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
 	}
@@ -132,6 +138,8 @@ type publication struct {
 	opts           mountopts.Options
 	tg             targetpath.Target
 	source, target string
+	staged         string   // the volume's staging path in NodeStage mode: bound from there
+	stagedOptions  []string // the options the mount table shows at staged
 }
 
 // publication checks req and works out the mount it asks for: the
@@ -146,35 +154,57 @@ func (s *Node) publication(ctx context.Context, req *csi.NodePublishVolumeReques
 	if err != nil {
 		return p, invalid("%v", err)
 	}
-	if req.GetVolumeCapability() == nil {
-		return p, invalid("volume capability is required")
-	}
-	classOpts, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	// A staged volume is bound from its staging path, which has the
+	// options it was staged with: its record need not be read again.
+	staged := s.stager != nil && req.GetStagingTargetPath() != ""
+	vol, opts, err := s.volumeMount(ctx, req.GetVolumeId(), req.GetVolumeCapability(), req.GetVolumeContext(), !staged)
 	if err != nil {
 		return p, err
 	}
-	vol, err := volumeOf(s.names, req.GetVolumeId(), req.GetVolumeContext())
+	readOnly, err := s.checkInline(vol, opts, req.GetReadonly())
 	if err != nil {
-		return p, invalid("%v", err)
+		return p, err
+	}
+	p = publication{vol: vol, opts: opts.WithReadOnly(readOnly), tg: tg, source: vol.Export.Source(vol.SubDir), target: tg.Path()}
+	if staged && !vol.Ephemeral {
+		var e *nfsmount.Entry
+		if p.staged, e, err = s.staged(req.GetStagingTargetPath(), p.source); err == nil {
+			p.stagedOptions = e.Options
+			p.opts = p.opts.WithReadOnly(readOnly || hasOption(e.Options, "ro"))
+		}
+	}
+	return p, err
+}
+
+// volumeMount checks a node call's volume and capability and works out
+// what to mount: the volume and the mount options (the class's or those a
+// VolumeAttributesClass set, with the volume's, under the node's policy).
+func (s *Node) volumeMount(ctx context.Context, volumeID string, c *csi.VolumeCapability, attrs map[string]string, withRecord bool) (params.Volume, mountopts.Options, error) {
+	if c == nil {
+		return params.Volume{}, nil, invalid("volume capability is required")
+	}
+	classOpts, err := checkCapabilities([]*csi.VolumeCapability{c})
+	if err != nil {
+		return params.Volume{}, nil, err
+	}
+	vol, err := volumeOf(s.names, volumeID, attrs)
+	if err != nil {
+		return vol, nil, invalid("%v", err)
 	}
 	if safepath.InMetaDir(path.Join(vol.Export.Share, vol.SubDir)) {
-		return p, invalid("volume %q: %q lies inside nfsdir's metadata directory %s, which is never mounted", req.GetVolumeId(), path.Join(vol.Export.Share, vol.SubDir), safepath.MetaDir)
+		return vol, nil, invalid("volume %q: %q lies inside nfsdir's metadata directory %s, which is never mounted", volumeID, path.Join(vol.Export.Share, vol.SubDir), safepath.MetaDir)
 	}
-	if !vol.Ephemeral {
-		classOpts = s.publishOptions(ctx, req.GetVolumeId(), classOpts)
+	if !vol.Ephemeral && withRecord {
+		classOpts = s.publishOptions(ctx, volumeID, classOpts)
 	}
 	opts, err := mountopts.Parse(classOpts.String(), vol.MountOptions.String())
 	if err == nil {
 		opts, err = s.policy.Apply(opts)
 	}
 	if err != nil {
-		return p, invalid("%v", err)
+		return vol, nil, invalid("%v", err)
 	}
-	readOnly, err := s.checkInline(vol, opts, req.GetReadonly())
-	if err != nil {
-		return p, err
-	}
-	return publication{vol: vol, opts: opts.WithReadOnly(readOnly), tg: tg, source: vol.Export.Source(vol.SubDir), target: tg.Path()}, nil
+	return vol, opts, nil
 }
 
 // republish handles a target that already has a mount: the same volume's
@@ -194,27 +224,18 @@ func (s *Node) republish(ctx context.Context, req *csi.NodePublishVolumeRequest,
 	if ro, want := hasOption(cur.Options, "ro"), p.opts.Has("ro"); ro != want {
 		return false, status.Errorf(codes.AlreadyExists, "target %q already has %q mounted with read-only=%v; this request asks for read-only=%v", p.target, p.source, ro, want)
 	}
-	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
-	_, perr := s.mounter.Probe(pctx, p.target)
-	cancel()
-	switch {
-	case perr == nil:
-		if s.claims != nil && singleNode(req.GetVolumeCapability()) && !p.vol.Ephemeral {
-			// Mounted before (a retry, or a restart that lost the claims
-			// file): the claim is renewed or taken.
-			if err := s.claims.take(ctx, req.GetVolumeId(), p.vol.SubDir, p.target); err != nil {
-				klog.ErrorS(err, "volume already mounted here; its claim", "volume", req.GetVolumeId(), "target", p.target)
-			}
-			s.claims.published(req.GetVolumeId(), p.target)
-		}
-		return true, nil
-	case !errors.Is(perr, unix.ESTALE):
-		// A slow or unreachable server (a failover, an outage) is no
-		// reason to take the mount away from the pods using it.
-		return false, status.Errorf(codes.Unavailable, "target %q: the NFS server of %q does not answer (%v); the mount stays, retry later", p.target, p.source, perr)
+	if ok, err := s.healthy(ctx, p.target, p.source); !ok {
+		return false, err
 	}
-	klog.InfoS("existing mount has a stale file handle; mounting again", "target", p.target, "source", p.source, "err", perr)
-	return false, toStatus(s.mounter.Unmount(ctx, p.target))
+	if s.claims != nil && singleNode(req.GetVolumeCapability()) && !p.vol.Ephemeral {
+		// Mounted before (a retry, or a restart that lost the claims
+		// file): the claim is renewed or taken.
+		if err := s.claims.take(ctx, req.GetVolumeId(), p.vol.SubDir, p.target); err != nil {
+			klog.ErrorS(err, "volume already mounted here; its claim", "volume", req.GetVolumeId(), "target", p.target)
+		}
+		s.claims.published(req.GetVolumeId(), p.target)
+	}
+	return true, nil
 }
 
 // mountNew takes the volume's claim for a single-node volume (another
@@ -231,12 +252,17 @@ func (s *Node) mountNew(ctx context.Context, req *csi.NodePublishVolumeRequest, 
 	err := targetdir.Make(p.tg)
 	if err == nil {
 		mctx, cancel := context.WithTimeout(ctx, s.mountTimeout)
-		err = s.mounter.Mount(mctx, p.source, p.target, p.opts)
+		if p.staged != "" {
+			// The options were checked when the volume was staged.
+			err = s.bindStaged(mctx, p)
+		} else {
+			err = s.mounter.Mount(mctx, p.source, p.target, p.opts)
+		}
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = status.Errorf(codes.DeadlineExceeded, "%v (is the NFS server %q reachable?)", err, p.vol.Export.Server)
 		}
-		if err == nil {
+		if err == nil && p.staged == "" {
 			err = s.checkOptions(ctx, p)
 		}
 	}
@@ -305,6 +331,9 @@ func (s *Node) checkSingleWriter(source, target string) error {
 		return toStatus(err)
 	}
 	for _, t := range targets {
+		if _, err := s.targets.Check(t); err != nil {
+			continue // the volume's staging path, or a mount of nfsdir's own
+		}
 		if t != target {
 			return status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %q", source, t)
 		}

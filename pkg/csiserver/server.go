@@ -28,6 +28,7 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/exportfile"
 	"github.com/nfsdir/nfsdir/pkg/metrics"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
+	"github.com/nfsdir/nfsdir/pkg/nodestage"
 	"github.com/nfsdir/nfsdir/pkg/serveragent"
 	"github.com/nfsdir/nfsdir/pkg/shares"
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
@@ -127,40 +128,57 @@ func New(cfg config.Config, m nfsmount.Mounter) (*Driver, error) {
 		csi.RegisterControllerServer(d.server, d.controller)
 	}
 	if cfg.Node() {
-		rule := targetpath.Rule{KubeletDir: cfg.KubeletDir}
-		if cfg.PublishRoot != "" {
-			rule = targetpath.Rule{Root: cfg.PublishRoot}
+		if err := d.newNode(cfg, m, names); err != nil {
+			return nil, err
 		}
-		// The node reads volume records and usage figures through
-		// read-only mounts of the shares; without a usable state
-		// directory it reports what statfs says, as before.
-		views, err := shares.New(shares.Config{StateDir: filepath.Join(cfg.StateDir, "node"), MountTimeout: cfg.MountTimeout}, m)
-		if err != nil {
-			klog.Warningf("volume stats: no read-only share mounts (%v); reporting the export's statfs figures", err)
-			views = nil
-		}
-		d.views = views
-		node := &Node{nodeID: cfg.NodeID, driverName: cfg.DriverName, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
-			policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views, names: names}
-		d.node = node
-		d.metrics.Gauge("nfsdir_node_mount_option_differences", "Volume mounts this node plugin made that did not get the mount options they asked for (the kernel's shared client or cache gave them another mount's).", node.optionDifferences)
-		d.metrics.GaugeByLabel("nfsdir_node_volume_mounts", "This node's NFS mounts of volumes, by the security the mount table shows them with (sec=, xprtsec=).", "security", node.mountSecurity)
-		if views != nil {
-			file := cfg.ClaimsFile
-			if file == "" {
-				file = filepath.Join(cfg.StateDir, "node", "claims.json")
-			}
-			c := &nodeClaims{views: views, node: cfg.NodeID, lapse: cfg.ClaimLapse, file: file, names: node.names,
-				mounted: func(t string) (bool, error) { cur, err := m.Mounted(t); return cur != nil, err }}
-			c.restore()
-			node.claims, d.claims = c, c
-			d.metrics.Gauge("nfsdir_node_claims_held", "Single-node volumes this node holds the claim of (published here).", func() float64 { return float64(c.count()) })
-			d.metrics.Counter("nfsdir_node_claims_lost_total", "Claims of single-node volumes another node took over while they were still mounted here (this node's claim had lapsed; see the log).", func() float64 { return float64(c.lost.Load()) })
-		}
-		csi.RegisterNodeServer(d.server, node)
 	}
 	d.nfsOpsMetrics(d.shares, d.views)
 	return d, nil
+}
+
+// newNode sets up the node service: its target rule, its read-only share
+// mounts, the claims of single-node volumes and, with --node-stage, its
+// stager.
+func (d *Driver) newNode(cfg config.Config, m nfsmount.Mounter, names export.Names) error {
+	rule := targetpath.Rule{KubeletDir: cfg.KubeletDir}
+	if cfg.PublishRoot != "" {
+		rule = targetpath.Rule{Root: cfg.PublishRoot}
+	}
+	// The node reads volume records and usage figures through
+	// read-only mounts of the shares; without a usable state
+	// directory it reports what statfs says, as before.
+	views, err := shares.New(shares.Config{StateDir: filepath.Join(cfg.StateDir, "node"), MountTimeout: cfg.MountTimeout}, m)
+	if err != nil {
+		klog.Warningf("volume stats: no read-only share mounts (%v); reporting the export's statfs figures", err)
+		views = nil
+	}
+	d.views = views
+	node := &Node{nodeID: cfg.NodeID, driverName: cfg.DriverName, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
+		policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views, names: names}
+	if cfg.NodeStage {
+		if node.stager, err = nodestage.New(filepath.Join(cfg.StateDir, "node", "stage"), m, cfg.MountTimeout, rule); err != nil {
+			return err
+		}
+		// What a plugin that stopped left behind and nothing uses.
+		go node.stager.Sweep(context.Background(), nil)
+	}
+	d.node = node
+	d.metrics.Gauge("nfsdir_node_mount_option_differences", "Volume mounts this node plugin made that did not get the mount options they asked for (the kernel's shared client or cache gave them another mount's).", node.optionDifferences)
+	d.metrics.GaugeByLabel("nfsdir_node_volume_mounts", "This node's NFS mounts of volumes, by the security the mount table shows them with (sec=, xprtsec=).", "security", node.mountSecurity)
+	if views != nil {
+		file := cfg.ClaimsFile
+		if file == "" {
+			file = filepath.Join(cfg.StateDir, "node", "claims.json")
+		}
+		c := &nodeClaims{views: views, node: cfg.NodeID, lapse: cfg.ClaimLapse, file: file, names: node.names,
+			mounted: func(t string) (bool, error) { cur, err := m.Mounted(t); return cur != nil, err }}
+		c.restore()
+		node.claims, d.claims = c, c
+		d.metrics.Gauge("nfsdir_node_claims_held", "Single-node volumes this node holds the claim of (published here).", func() float64 { return float64(c.count()) })
+		d.metrics.Counter("nfsdir_node_claims_lost_total", "Claims of single-node volumes another node took over while they were still mounted here (this node's claim had lapsed; see the log).", func() float64 { return float64(c.lost.Load()) })
+	}
+	csi.RegisterNodeServer(d.server, node)
+	return nil
 }
 
 // shareMetrics registers the controller's metrics of its shares: mounts,

@@ -37,6 +37,11 @@ type Mounter interface {
 	// On deadline the mount process group is killed and the error wraps
 	// context.DeadlineExceeded.
 	Mount(ctx context.Context, source, target string, options []string) error
+	// Bind bind-mounts the directory from on target, then, when flags are
+	// given, remounts the bind with those per-mount flags (ro, nosuid,
+	// nodev, noexec, ...). Like Mount, it returns by the context's deadline
+	// and the caller reads the mount table for what is mounted.
+	Bind(ctx context.Context, from, target string, flags []string) error
 	// Unmount unmounts target. A target that is not mounted is not an error.
 	Unmount(ctx context.Context, target string) error
 	// Mounted returns the mount table entry at target, or nil when nothing
@@ -130,17 +135,8 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 	if err := s.sharedConnection(ctx, source, target, options, sec); err != nil {
 		return err
 	}
-	args := []string{"-t", "nfs", "-o", strings.Join(append(append([]string(nil), options...), "fg"), ","), "--", source, target}
-	cmd := exec.CommandContext(ctx, "mount", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// Kill the whole group: mount(8) forks mount.nfs.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 	start := time.Now()
-	s.mounting.Add(1)
-	out, err := runCapture(cmd)
-	s.mounting.Add(-1)
+	out, err := s.run(ctx, "-t", "nfs", "-o", strings.Join(append(append([]string(nil), options...), "fg"), ","), "--", source, target)
 	if ctx.Err() != nil {
 		return fmt.Errorf("mount %q on %q: killed after %s: %w", source, target, time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
@@ -180,6 +176,56 @@ func (s *System) Mount(ctx context.Context, source, target string, options []str
 	klog.V(4).InfoS("mounted", "source", source, "target", target, "options", strings.Join(options, ","),
 		"security", mountsec.Mounted(e.Options).String(), "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// run runs mount(8) with args in a process group of its own, killed
+// whole when ctx ends (mount(8) forks mount.nfs).
+func (s *System) run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "mount", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	s.mounting.Add(1)
+	defer s.mounting.Add(-1)
+	return runCapture(cmd)
+}
+
+// Bind runs "mount --bind" and, with flags, "mount -o remount,bind,<flags>",
+// both without canonicalizing paths (-c): the paths are the caller's
+// checked ones, and the mount table, not mount(8), says what was bound. A
+// path lookup on a server that does not answer is killed with the process
+// when ctx ends.
+func (s *System) Bind(ctx context.Context, from, target string, flags []string) error {
+	steps := [][]string{{"--bind", "-c", "--", from, target}}
+	if len(flags) > 0 {
+		steps = append(steps, []string{"-c", "-o", "remount,bind," + strings.Join(flags, ","), "--", target})
+	}
+	for i, args := range steps {
+		out, err := s.run(ctx, args...)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("bind %q on %q: killed: %w", from, target, ctx.Err())
+		} else if err != nil {
+			err = fault.Wrap(fault.Internal, fmt.Errorf("%v: %s", err, strings.TrimSpace(out)), "bind %q on %q", from, target)
+		}
+		if err != nil {
+			if i > 0 {
+				s.undoBind(ctx, target)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// undoBind takes away a bind whose flags could not be set: it must not
+// stay with fewer restrictions than asked for.
+func (s *System) undoBind(ctx context.Context, target string) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.UnmountGrace+5*time.Second)
+	defer cancel()
+	if err := s.Unmount(uctx, target); err != nil {
+		klog.ErrorS(err, "unmounting a bind whose flags could not be set", "target", target)
+	}
 }
 
 // runCapture runs cmd with its output in one pipe it owns, so that

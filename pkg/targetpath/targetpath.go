@@ -39,9 +39,24 @@ var kubeletForm = []string{"pods", "*", "volumes", "kubernetes.io~csi", "*", "mo
 // maxPath is PATH_MAX.
 const maxPath = 4096
 
+// stagingForm is kubelet's staging path of a CSI volume below KubeletDir:
+// plugins/kubernetes.io/csi/<driver>/<sha256 of the volume handle>/globalmount
+// (and, from older kubelets, .../csi/pv/<PV name>/globalmount).
+var stagingForm = []string{"plugins", "kubernetes.io", "csi", "*", "*", "globalmount"}
+
 // Check returns the target if p is allowed by the rule, or an error saying
 // why not.
 func (r Rule) Check(p string) (Target, error) {
+	return r.check(p, kubeletForm, "a kubelet CSI volume path (%s/pods/<pod UID>/volumes/kubernetes.io~csi/<volume>/mount)")
+}
+
+// CheckStaging returns the staging path if p is allowed by the rule: under
+// Kubernetes only kubelet's staging layout, otherwise any path below Root.
+func (r Rule) CheckStaging(p string) (Target, error) {
+	return r.check(p, stagingForm, "a kubelet CSI staging path (%s/plugins/kubernetes.io/csi/<driver>/<volume hash>/globalmount)")
+}
+
+func (r Rule) check(p string, form []string, want string) (Target, error) {
 	base := r.KubeletDir
 	if base == "" {
 		base = r.Root
@@ -70,12 +85,12 @@ func (r Rule) Check(p string) (Target, error) {
 		}
 	}
 	if r.KubeletDir != "" {
-		ok := len(segs) == len(kubeletForm)
+		ok := len(segs) == len(form)
 		for i := 0; ok && i < len(segs); i++ {
-			ok = kubeletForm[i] == "*" || kubeletForm[i] == segs[i]
+			ok = form[i] == "*" || form[i] == segs[i]
 		}
 		if !ok {
-			return Target{}, fmt.Errorf("target path %q is not a kubelet CSI volume path (%s/pods/<pod UID>/volumes/kubernetes.io~csi/<volume>/mount)", p, base)
+			return Target{}, fmt.Errorf("path %q is not "+want, p, base)
 		}
 	}
 	return Target{Base: path.Clean(base), Parent: strings.Join(segs[:len(segs)-1], "/"), Leaf: segs[len(segs)-1]}, nil

@@ -40,6 +40,37 @@ func TestCheckKubelet(t *testing.T) {
 	}
 }
 
+func TestCheckStaging(t *testing.T) {
+	r := Rule{KubeletDir: "/var/lib/kubelet"}
+	for _, good := range []string{
+		"/var/lib/kubelet/plugins/kubernetes.io/csi/nfsdir.csi.io/0c9a4f/globalmount",
+		"/var/lib/kubelet/plugins/kubernetes.io/csi/pv/pvc-1/globalmount",
+	} {
+		tg, err := r.CheckStaging(good)
+		if err != nil || tg.Leaf != "globalmount" || tg.Path() != good {
+			t.Errorf("CheckStaging(%q) = %+v, %v", good, tg, err)
+		}
+		if _, err := r.Check(good); err == nil {
+			t.Errorf("Check(%q) took a staging path as a publish target", good)
+		}
+	}
+	for _, bad := range []string{
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount",
+		"/var/lib/kubelet/plugins/kubernetes.io/csi/d/h/globalmount/x",
+		"/var/lib/kubelet/plugins/kubernetes.io/csi/d/../globalmount",
+		"/var/lib/kubelet/plugins/nfsdir.csi.io/stage/h/globalmount",
+		"/var/lib/kubelet/plugins/kubernetes.io/csi/d/h/mount",
+	} {
+		if _, err := r.CheckStaging(bad); err == nil {
+			t.Errorf("CheckStaging(%q) accepted", bad)
+		}
+	}
+	root := Rule{Root: "/tmp/csi"}
+	if _, err := root.CheckStaging("/tmp/csi/staging/v1"); err != nil {
+		t.Errorf("a staging path below the root: %v", err)
+	}
+}
+
 func TestCheckRoot(t *testing.T) {
 	r := Rule{Root: "/tmp/csi/"}
 	tg, err := r.Check("/tmp/csi/a/target")
@@ -62,10 +93,19 @@ func TestCheckRoot(t *testing.T) {
 func FuzzCheck(f *testing.F) {
 	f.Add("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount", true)
 	f.Add("/var/lib/kubelet/pods/../x", false)
+	f.Add("/var/lib/kubelet/plugins/kubernetes.io/csi/d/h/globalmount", true)
 	f.Fuzz(func(t *testing.T, p string, kubelet bool) {
 		r := Rule{Root: "/var/lib/kubelet"}
 		if kubelet {
 			r = Rule{KubeletDir: "/var/lib/kubelet"}
+		}
+		if tg, err := r.CheckStaging(p); err == nil {
+			if tg.Path() != p || path.Clean(p) != p || !strings.HasPrefix(p, "/var/lib/kubelet/") {
+				t.Fatalf("CheckStaging(%q) accepted %+v", p, tg)
+			}
+			if kubelet && (tg.Leaf != "globalmount" || !strings.HasPrefix(tg.Parent, "plugins/kubernetes.io/csi/")) {
+				t.Fatalf("CheckStaging(%q) accepted %+v outside kubelet's layout", p, tg)
+			}
 		}
 		tg, err := r.Check(p)
 		if err != nil {

@@ -210,6 +210,11 @@ func main() {
 		printRows()
 		return
 	}
+	if *stageOnly {
+		b.stageRows(cfg)
+		printRows()
+		return
+	}
 	var sc *scaleRows
 	stopProfile := startProfile("scale")
 	if *scale > 0 {
@@ -376,6 +381,7 @@ func main() {
 	}
 	add(mPublish, fmt.Sprintf("median of %d", *publishes), median(pub), "", vsBare("mount -t nfs, as csi-driver-nfs publishes", median(mnt)))
 
+	b.stageRows(cfg)
 	b.copyRows(server, export, work)
 	reflinkRows(server, work)
 	b.quotaRows(server, 20)

@@ -44,7 +44,7 @@ var valueSets = map[string][]string{
 	"default":    nil,
 	"snapshots":  {"feature.enableSnapshotter=true", "feature.enableResizer=false", "volumeSnapshotClasses[0].name=nfsdir", "volumeSnapshotClasses[0].default=true", "volumeSnapshotClasses[1].name=nfsdir-retain", "volumeSnapshotClasses[1].deletionPolicy=Retain"},
 	"inline":     {"feature.enableInlineVolume=true", "feature.enableCapacityTracking=true"},
-	"kubeletdir": {"kubeletDir=/var/lib/k0s/kubelet/"},
+	"kubeletdir": {"kubeletDir=/var/lib/k0s/kubelet/", "node.stage=true"},
 	// Drop-in for csi-driver-nfs: nfsdir under its driver name.
 	"dropin":       {"driver.name=nfs.csi.k8s.io"},
 	"storageclass": {"storageClasses[0].name=nfsdir", "storageClasses[0].server=nfs.example.com", "storageClasses[0].share=/srv/k8s", "storageClasses[0].default=true", "storageClasses[0].mountOptions[0]=nfsvers=4.1", "storageClasses[0].subDir=${pvc.metadata.namespace}/${pvc.metadata.name}", "quota.clientSecret=nfsdir-quota-client"},
@@ -358,6 +358,7 @@ func TestInvariants(t *testing.T) {
 				t.Fatalf("node containers: %+v", ds.Containers)
 			}
 			checkDriverArgs(t, bin, node)
+			checkNodeStage(t, ds, kubelet, strings.Contains(values, "node.stage=true"))
 			if !ds.HostNetwork || len(ds.Tolerations) == 0 || ds.Tolerations[0].Operator != corev1.TolerationOpExists {
 				t.Errorf("node pod: hostNetwork %v, tolerations %+v", ds.HostNetwork, ds.Tolerations)
 			}

@@ -82,6 +82,42 @@ func (c *Client) TryPublish(ctx context.Context, v *csi.Volume, target string, v
 	return err
 }
 
+// TryStage calls NodeStageVolume.
+func (c *Client) TryStage(ctx context.Context, v *csi.Volume, staging string, vc *csi.VolumeCapability) error {
+	_, err := c.Node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: v.GetVolumeId(), StagingTargetPath: staging, VolumeCapability: vc, VolumeContext: v.GetVolumeContext(),
+	})
+	return err
+}
+
+// Stage calls NodeStageVolume and fails the test on error.
+func (c *Client) Stage(t testing.TB, v *csi.Volume, staging string, vc *csi.VolumeCapability) {
+	t.Helper()
+	if err := c.TryStage(Ctx(t, 2*time.Minute), v, staging, vc); err != nil {
+		t.Fatalf("NodeStageVolume %s: %v", staging, err)
+	}
+}
+
+// Unstage calls NodeUnstageVolume and fails the test on error.
+func (c *Client) Unstage(t testing.TB, v *csi.Volume, staging string) {
+	t.Helper()
+	if _, err := c.Node.NodeUnstageVolume(Ctx(t, 2*time.Minute), &csi.NodeUnstageVolumeRequest{VolumeId: v.GetVolumeId(), StagingTargetPath: staging}); err != nil {
+		t.Fatalf("NodeUnstageVolume %s: %v", staging, err)
+	}
+}
+
+// PublishStaged calls NodePublishVolume for a volume staged at staging and
+// fails the test on error.
+func (c *Client) PublishStaged(t testing.TB, v *csi.Volume, staging, target string, vc *csi.VolumeCapability, readOnly bool) {
+	t.Helper()
+	if _, err := c.Node.NodePublishVolume(Ctx(t, 2*time.Minute), &csi.NodePublishVolumeRequest{
+		VolumeId: v.GetVolumeId(), StagingTargetPath: staging, TargetPath: target, VolumeCapability: vc,
+		VolumeContext: v.GetVolumeContext(), Readonly: readOnly,
+	}); err != nil {
+		t.Fatalf("NodePublishVolume %s from %s: %v", target, staging, err)
+	}
+}
+
 // Unpublish calls NodeUnpublishVolume and fails the test on error.
 func (c *Client) Unpublish(t testing.TB, v *csi.Volume, target string) {
 	t.Helper()

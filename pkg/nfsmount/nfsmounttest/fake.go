@@ -145,6 +145,67 @@ func deviceNumber(dev string) int {
 	return n
 }
 
+// Bind links target to what from resolves to. from must lie in a fake
+// mount; the bind is listed as the kernel lists an NFS bind: the source
+// with from's path below that mount appended, the same device, and the
+// mount's options with flags in place of their opposites.
+func (f *Fake) Bind(ctx context.Context, from, target string, flags []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.actions = append(f.actions, "bind "+from+" "+target+" "+strings.Join(flags, ","))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, ok := f.table[filepath.Clean(target)]; ok {
+		return fmt.Errorf("fake: %s is already mounted", target)
+	}
+	var point string
+	for mp := range f.table {
+		if (from == mp || strings.HasPrefix(from, mp+"/")) && len(mp) > len(point) {
+			point = mp
+		}
+	}
+	if point == "" {
+		return fmt.Errorf("fake: bind from %s: not in a mount", from)
+	}
+	dir, err := filepath.EvalSymlinks(from)
+	if err != nil {
+		return fmt.Errorf("mount: %s: %w", from, err)
+	}
+	if err := os.Remove(target); err != nil {
+		return fmt.Errorf("fake: target %s: %w", target, err)
+	}
+	if err := os.Symlink(dir, target); err != nil {
+		return err
+	}
+	e := f.table[point]
+	// The kernel lists where the bind arrived, symlinks followed.
+	local, err := f.local(e.Source)
+	if err == nil {
+		local, err = filepath.EvalSymlinks(local)
+	}
+	rel, rerr := filepath.Rel(local, dir)
+	switch {
+	case err != nil:
+		return err
+	case rerr != nil || !filepath.IsLocal(rel) && rel != ".":
+		e.Source, e.Device = "/dev/fake", "0:1"
+	case rel == ".":
+	default:
+		e.Source = strings.TrimSuffix(e.Source, "/") + "/" + filepath.ToSlash(rel)
+	}
+	opts := slices.Clone(e.Options)
+	for _, fl := range flags {
+		opts = slices.DeleteFunc(opts, func(o string) bool { return o == fl || o == opposite[fl] })
+		opts = append(opts, fl)
+	}
+	e.Options = opts
+	f.table[filepath.Clean(target)] = e
+	return nil
+}
+
+var opposite = map[string]string{"ro": "rw", "rw": "ro"}
+
 // Unmount replaces the symlink at target with an empty directory.
 func (f *Fake) Unmount(ctx context.Context, target string) error {
 	f.mu.Lock()
