@@ -9,7 +9,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/nfsdir/nfsdir/pkg/version.Version=$(VERSION) -X github.com/nfsdir/nfsdir/pkg/version.Commit=$(COMMIT)
 LAB := $(CURDIR)/tests/nfsvm/run.sh
 # Packages whose tests need the NFS lab guest.
-LAB_PKGS := ./tests/sanity/ ./tests/e2e/
+LAB_PKGS := ./tests/sanity/ ./tests/sanity/stage/ ./tests/e2e/
 # Fuzz targets run for FUZZTIME each in `make test` (longer in `make fuzz`).
 FUZZ_TARGETS := pkg/safepath:FuzzCheckVolumePath pkg/subdir:FuzzExpand pkg/volumeid:FuzzParse \
 	pkg/params:FuzzParseCreate pkg/mountopts:FuzzParse pkg/mounttable:FuzzUnescape \
@@ -122,10 +122,11 @@ test-nfs: lab-image
 	wait; echo "--- lane 2 ($(LAB_LANE2))"; $(LAB_FILTER) bin/lab-test-2.log; \
 	rc2=$$(cat bin/lab-test-2.rc); echo "lane 1: exit $$rc, lane 2: exit $$rc2"; [ $$rc = 0 ] && [ $$rc2 = 0 ]
 
-## test-nfs-sanity: csi-sanity against the kernel NFS server, in one lab guest.
+## test-nfs-sanity: csi-sanity against the kernel NFS server, a lab guest each for the
+## default node plugin and one in NodeStage mode.
 test-nfs-sanity: lab-image
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/lab/nfsdir ./cmd/nfsdir
-	$(LAB_TEST) ./tests/sanity/ 2>&1 | tee bin/lab-test-sanity.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}
+	$(LAB_TEST) ./tests/sanity/ ./tests/sanity/stage/ 2>&1 | tee bin/lab-test-sanity.log | $(LAB_FILTER); exit $${PIPESTATUS[0]}
 
 ## test-secure: NFS over TLS and Kerberos (tests/secure) in a lab guest made of Debian 13
 ## (kernel 6.12, tlshd, a KDC, gssproxy, rpc.gssd): NFSDIR_LAB_RELEASE=trixie. One test alone:

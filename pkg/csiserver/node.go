@@ -121,7 +121,7 @@ func (s *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 			return nil, busy("volume " + p.source)
 		}
 		defer s.volumeLocks.Release(p.source)
-		if err := s.checkSingleWriter(p.source, p.target); err != nil {
+		if err := s.checkSingleWriter(p); err != nil {
 			return nil, err
 		}
 	}
@@ -323,19 +323,19 @@ func singleWriter(c *csi.VolumeCapability) bool {
 }
 
 // checkSingleWriter refuses a SINGLE_NODE_SINGLE_WRITER publish when the
-// volume is already mounted at another target on this node. The caller
-// holds the volume's lock.
-func (s *Node) checkSingleWriter(source, target string) error {
-	targets, err := s.mounter.Targets(source)
+// volume is already mounted at another target on this node (its staging
+// path is not a target). The caller holds the volume's lock.
+func (s *Node) checkSingleWriter(p publication) error {
+	targets, err := s.mounter.Targets(p.source)
 	if err != nil {
 		return toStatus(err)
 	}
 	for _, t := range targets {
-		if _, err := s.targets.Check(t); err != nil {
-			continue // the volume's staging path, or a mount of nfsdir's own
+		if _, err := s.targets.Check(t); err != nil || t == p.staged {
+			continue // a staging path, or a mount of nfsdir's own
 		}
-		if t != target {
-			return status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %q", source, t)
+		if t != p.target {
+			return status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %q", p.source, t)
 		}
 	}
 	return nil

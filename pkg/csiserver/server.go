@@ -156,7 +156,7 @@ func (d *Driver) newNode(cfg config.Config, m nfsmount.Mounter, names export.Nam
 	node := &Node{nodeID: cfg.NodeID, driverName: cfg.DriverName, mounter: m, mountTimeout: cfg.MountTimeout, targets: rule,
 		policy: cfg.MountPolicy(), inline: cfg.InlinePolicy(), views: views, names: names}
 	if cfg.NodeStage {
-		if node.stager, err = nodestage.New(filepath.Join(cfg.StateDir, "node", "stage"), m, cfg.MountTimeout, rule); err != nil {
+		if node.stager, err = nodestage.New(filepath.Join(cfg.StateDir, "node", "stage"), m, cfg.MountTimeout, rule, cfg.StateDir); err != nil {
 			return err
 		}
 		// What a plugin that stopped left behind and nothing uses.

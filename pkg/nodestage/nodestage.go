@@ -39,16 +39,19 @@ type Stager struct {
 	mounter      nfsmount.Mounter
 	mountTimeout time.Duration
 	users        targetpath.Rule // where a share mount's users are
+	own          string          // below it, no mount is a user (ends in "/")
 	locks        keylock.Set     // by share key
 }
 
 // New returns a Stager keeping share mounts below dir; users says where the
-// mounts that use them may be (kubelet's staging paths and targets).
-func New(dir string, m nfsmount.Mounter, mountTimeout time.Duration, users targetpath.Rule) (*Stager, error) {
+// mounts that use them may be (kubelet's staging paths and targets), and
+// mounts below own (the driver's state directory, which holds dir) are
+// the driver's own, never users, wherever users allows.
+func New(dir string, m nfsmount.Mounter, mountTimeout time.Duration, users targetpath.Rule, own string) (*Stager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "stage directory")
 	}
-	return &Stager{dir: filepath.Clean(dir), mounter: m, mountTimeout: mountTimeout, users: users}, nil
+	return &Stager{dir: filepath.Clean(dir), mounter: m, mountTimeout: mountTimeout, users: users, own: filepath.Clean(own) + "/"}, nil
 }
 
 // Key names the share mount of an export and option set.
@@ -205,7 +208,7 @@ func (s *Stager) used(table map[string]nfsmount.Entry, mp string) bool {
 	share := table[mp]
 	below := strings.TrimSuffix(mounttable.SourcePath(share.Source), "/") + "/"
 	for point, e := range table {
-		if point == mp || e.Device != share.Device {
+		if point == mp || e.Device != share.Device || strings.HasPrefix(point, s.own) {
 			continue
 		}
 		if sp := mounttable.SourcePath(e.Source); sp+"/" != below && !strings.HasPrefix(sp, below) {

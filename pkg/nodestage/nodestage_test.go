@@ -19,6 +19,7 @@ type lab struct {
 	fake   *nfsmounttest.Fake
 	stager *Stager
 	dir    string // stage directory
+	state  string // the driver's state directory, which holds dir
 	root   string // where staging paths and targets are
 	exp    export.Export
 }
@@ -26,7 +27,7 @@ type lab struct {
 func setup(t *testing.T) *lab {
 	t.Helper()
 	tmp := t.TempDir()
-	l := &lab{fake: nfsmounttest.New(filepath.Join(tmp, "server")), dir: filepath.Join(tmp, "stage"),
+	l := &lab{fake: nfsmounttest.New(filepath.Join(tmp, "server")), dir: filepath.Join(tmp, "state", "node", "stage"), state: filepath.Join(tmp, "state"),
 		root: filepath.Join(tmp, "kubelet"), exp: export.Export{Server: "srv", Share: "/share"}}
 	for _, v := range []string{"v1", "v2", "v3", "other"} {
 		if err := os.MkdirAll(filepath.Join(l.fake.ExportDir("srv", "/share"), v), 0o755); err != nil {
@@ -40,7 +41,7 @@ func setup(t *testing.T) *lab {
 // restart returns a new Stager on the same directory, as a restarted node
 // plugin has.
 func (l *lab) restart(t *testing.T) *Stager {
-	s, err := New(l.dir, l.fake, 0, targetpath.Rule{Root: l.root})
+	s, err := New(l.dir, l.fake, 0, targetpath.Rule{Root: filepath.Dir(l.root)}, l.state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +127,13 @@ func TestOneShareMountForManyVolumes(t *testing.T) {
 	if err := l.stager.Stage(ctx, l.exp, "v1", opts, paths[0]); err != nil || l.mounts() != 2 {
 		t.Fatalf("staging again after a restart: %v, %d NFS mounts in all", err, l.mounts())
 	}
+	// A mount of the driver's own (below its state directory) on the same
+	// superblock is no user, though the rule would take its path.
+	own := filepath.Join(l.state, "mounts", "controller")
+	os.MkdirAll(own, 0o700)
+	if err := l.fake.Bind(ctx, filepath.Join(l.dir, Key(l.exp, opts)), own, nil); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{paths[0], paths[2], filepath.Join(l.root, "other", "globalmount")} {
 		if err := l.fake.Unmount(ctx, p); err != nil {
 			t.Fatal(err)
@@ -138,6 +146,7 @@ func TestOneShareMountForManyVolumes(t *testing.T) {
 	if ents, _ := os.ReadDir(l.dir); len(ents) != 0 {
 		t.Fatalf("stage directory keeps %d entries", len(ents))
 	}
+	l.fake.Unmount(ctx, own)
 }
 
 func TestABindThatArrivesElsewhereIsRefused(t *testing.T) {
