@@ -101,6 +101,16 @@ func (s *Node) noteOptions(target, msg string) {
 	s.optionNotes[target] = msg
 }
 
+// inheritNote gives a target bound from a staging path what the staging
+// path's mount did not get: the same mount, the same options.
+func (s *Node) inheritNote(staging, target string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if msg, ok := s.optionNotes[staging]; ok {
+		s.optionNotes[target] = msg
+	}
+}
+
 // optionHealth is the health entry of a target whose mount did not get
 // its options, or nil.
 func (s *Node) optionHealth(target string) *csi.VolumeHealth_VolumeHealthEntry {

@@ -105,6 +105,7 @@ func (s *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolume
 	if _, still := table[staging]; still {
 		return nil, status.Errorf(codes.Internal, "staging path %q is still mounted after unmount", staging)
 	}
+	s.noteOptions(staging, "")
 	if s.stager != nil {
 		s.stager.Sweep(ctx, table)
 	}

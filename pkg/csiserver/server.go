@@ -162,6 +162,13 @@ func (d *Driver) newNode(cfg config.Config, m nfsmount.Mounter, names export.Nam
 		// What a plugin that stopped left behind and nothing uses.
 		go node.stager.Sweep(context.Background(), nil)
 	}
+	d.metrics.Gauge("nfsdir_node_export_mounts", "NodeStage mode: the mounts of exports this node plugin holds, one per export and set of mount options, from which staged volumes are bound (0 without --node-stage).", func() float64 {
+		if node.stager == nil {
+			return 0
+		}
+		m, _ := node.stager.Shares()
+		return float64(len(m))
+	})
 	d.node = node
 	d.metrics.Gauge("nfsdir_node_mount_option_differences", "Volume mounts this node plugin made that did not get the mount options they asked for (the kernel's shared client or cache gave them another mount's).", node.optionDifferences)
 	d.metrics.GaugeByLabel("nfsdir_node_volume_mounts", "This node's NFS mounts of volumes, by the security the mount table shows them with (sec=, xprtsec=).", "security", node.mountSecurity)

@@ -74,6 +74,8 @@ func TestDriverOnKubernetes(t *testing.T) {
 		// The upgrade moved the named export main to nodeIP.
 		{"NamedExportAfterMove", (*cluster).namedExportAfterMove},
 		{"PoolGrowsWithoutRestart", (*cluster).poolGrowsWithoutRestart},
+		// From here on the node plugin stages (node.stage).
+		{"NodeStageMode", (*cluster).nodeStageMode},
 		{"ControllerRestartsUnderLoad", (*cluster).controllerRestartsUnderLoad},
 		{"NodeHTTPOnThePodIP", (*cluster).nodeHTTPOnThePodIP},
 		{"NoContainerRestarted", (*cluster).noContainerRestarted},

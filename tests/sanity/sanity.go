@@ -43,4 +43,3 @@ func suite(t *testing.T, d *lab.Driver, server, share string) {
 	cfg.IdempotentCount = 2
 	sanity.Test(t, cfg)
 }
-
