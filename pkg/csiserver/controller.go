@@ -169,6 +169,11 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, toStatus(err)
 	}
 	s.placer.memo.done(req.GetName())
+	if mut, _ := params.ParseMutable(req.GetMutableParameters()); mut.HasMountServer {
+		if rec, err = s.modify(ctx, id.String(), id, provision.Change{MountServer: mountServerChange(mut, id)}); err != nil {
+			return nil, err
+		}
+	}
 	klog.Infof("volume %q: %q on %s (onDelete=%s, mode %04o, %s)", rec.Name, rec.SubDir, cp.Export, rec.OnDelete, rec.Mode, rec.Source)
 	vctx := csiVolume(id, rec).VolumeContext
 	if cp.StrictOptions {
@@ -425,9 +430,11 @@ func (s *Controller) updateRecord(ctx context.Context, raw string, id volumeid.I
 }
 
 // ControllerModifyVolume applies a VolumeAttributesClass to a volume: its
-// onDelete policy at once, its mount options at the volume's next
-// NodePublishVolume (pods already running keep their mounts until they
-// are restarted). Any other parameter is InvalidArgument naming it.
+// onDelete policy at once, its mount options and the address it is
+// mounted from (mountServer, once its directory is seen there) at the
+// volume's next NodePublishVolume (pods already running keep their mounts
+// until they are restarted). Any other parameter is InvalidArgument
+// naming it.
 func (s *Controller) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	raw := req.GetVolumeId()
 	if raw == "" {
@@ -449,7 +456,8 @@ func (s *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 		o := mut.MountOptions.String()
 		change.PublishOptions = &o
 	}
-	rec, err := s.updateRecord(ctx, raw, id, func(a *provision.Area) (*provision.Record, error) { return a.Modify(id, change) })
+	change.MountServer = mountServerChange(mut, id)
+	rec, err := s.modify(ctx, raw, id, change)
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +465,11 @@ func (s *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 	if rec.PublishOptions != nil {
 		opts = fmt.Sprintf("%q", *rec.PublishOptions)
 	}
-	klog.Infof("volume %q modified: onDelete %s now; mount options %s from its next publish (running pods keep their mounts)", rec.Name, rec.OnDelete, opts)
+	server := id.Export.Server + " (its export's)"
+	if rec.MountServer != "" {
+		server = rec.MountServer
+	}
+	klog.Infof("volume %q modified: onDelete %s now; from its next publish mount options %s, from server %s (running pods keep their mounts)", rec.Name, rec.OnDelete, opts, server)
 	return &csi.ControllerModifyVolumeResponse{}, nil
 }
 

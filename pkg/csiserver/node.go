@@ -195,7 +195,10 @@ func (s *Node) volumeMount(ctx context.Context, volumeID string, c *csi.VolumeCa
 		return vol, nil, invalid("volume %q: %q lies inside nfsdir's metadata directory %s, which is never mounted", volumeID, path.Join(vol.Export.Share, vol.SubDir), safepath.MetaDir)
 	}
 	if !vol.Ephemeral && withRecord {
-		classOpts = s.publishOptions(ctx, volumeID, classOpts)
+		var server string
+		if classOpts, server = s.publishOptions(ctx, volumeID, classOpts); server != "" {
+			vol.Export.Server = server
+		}
 	}
 	opts, err := mountopts.Parse(classOpts.String(), vol.MountOptions.String())
 	if err == nil {
@@ -282,19 +285,30 @@ func (s *Node) mountNew(ctx context.Context, req *csi.NodePublishVolumeRequest, 
 }
 
 // publishOptions returns the mount options a VolumeAttributesClass set on
-// the volume in its record, in place of the StorageClass's classOpts; when
-// it set none, or the record cannot be read (logged), classOpts.
-func (s *Node) publishOptions(ctx context.Context, volumeID string, classOpts mountopts.Options) mountopts.Options {
+// the volume in its record, in place of the StorageClass's classOpts, and
+// the address it set to mount the volume from ("": its export's). When it
+// set none, or the record cannot be read (logged), classOpts and "".
+func (s *Node) publishOptions(ctx context.Context, volumeID string, classOpts mountopts.Options) (mountopts.Options, string) {
 	rec, _, _, ok := s.record(ctx, volumeID, false, publishViewWait)
-	if !ok || rec == nil || rec.PublishOptions == nil {
-		return classOpts
+	if !ok || rec == nil {
+		return classOpts, ""
+	}
+	server := rec.MountServer
+	if server != "" {
+		if e, err := export.New(server, "/"); err != nil || e.Server != server {
+			klog.Warningf("volume %s: its record's mount server %q: %v; using its export's", volumeID, server, err)
+			server = ""
+		}
+	}
+	if rec.PublishOptions == nil {
+		return classOpts, server
 	}
 	opts, err := mountopts.Parse(*rec.PublishOptions)
 	if err != nil {
 		klog.Warningf("volume %s: its record's mount options %q: %v; using the StorageClass's", volumeID, *rec.PublishOptions, err)
-		return classOpts
+		return classOpts, server
 	}
-	return opts
+	return opts, server
 }
 
 // checkIDAndPath validates the fields every node call carries.

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nfsdir/nfsdir/pkg/export"
 	"github.com/nfsdir/nfsdir/pkg/mountopts"
 )
 
@@ -19,10 +20,17 @@ type Mutable struct {
 	// empty value then clears them: the node's defaults apply).
 	MountOptions    mountopts.Options
 	HasMountOptions bool
+	// MountServer is another address of the volume's server (a name, an
+	// IPv4 or an IPv6 address) that nodes mount the volume from, once the
+	// controller has seen the volume's own directory through it; set only
+	// when HasMountServer (an empty value then goes back to the volume's
+	// own address).
+	MountServer    string
+	HasMountServer bool
 }
 
 // mutableKeys are the keys a VolumeAttributesClass may use.
-var mutableKeys = []string{KeyOnDelete, KeyMountOptions}
+var mutableKeys = []string{KeyOnDelete, KeyMountOptions, KeyMountServer}
 
 // ParseMutable parses a VolumeAttributesClass's parameters. Keys are
 // case-insensitive; any other key is refused with its name, and a key of
@@ -41,9 +49,9 @@ func ParseMutable(p map[string]string) (Mutable, error) {
 		case seen[lk]:
 			return Mutable{}, fmt.Errorf("parameter %q is given twice (keys are case-insensitive)", k)
 		case slices.Contains([]string{KeyServer, KeyShare, KeySubDir, KeyMountPermissions, KeyUID, KeyGID, KeyAllowShared}, lk):
-			return Mutable{}, fmt.Errorf("parameter %q cannot change after the volume is created; a VolumeAttributesClass may set only onDelete and mountOptions", k)
+			return Mutable{}, fmt.Errorf("parameter %q cannot change after the volume is created; a VolumeAttributesClass may set only onDelete, mountOptions and mountServer", k)
 		case !slices.Contains(mutableKeys, lk):
-			return Mutable{}, fmt.Errorf("unknown parameter %q; a VolumeAttributesClass may set only onDelete and mountOptions", k)
+			return Mutable{}, fmt.Errorf("unknown parameter %q; a VolumeAttributesClass may set only onDelete, mountOptions and mountServer", k)
 		}
 		seen[lk] = true
 		v := p[k]
@@ -60,6 +68,15 @@ func ParseMutable(p map[string]string) (Mutable, error) {
 				return Mutable{}, fmt.Errorf("parameter \"mountOptions\": %v", err)
 			}
 			m.MountOptions, m.HasMountOptions = opts, true
+		case KeyMountServer:
+			if v != "" {
+				e, err := export.New(v, "/")
+				if err != nil {
+					return Mutable{}, fmt.Errorf("parameter \"mountServer\": %v", err)
+				}
+				v = e.Server
+			}
+			m.MountServer, m.HasMountServer = v, true
 		}
 	}
 	return m, nil

@@ -32,6 +32,7 @@ const (
 	KeyUID              = "uid"
 	KeyGID              = "gid"
 	KeyMountOptions     = "mountoptions"
+	KeyMountServer      = "mountserver"
 	KeyAllowShared      = "allowsharedsubdir"
 	KeyQuotaAgent       = "quotaagent"
 	KeyCopyAgent        = "copyagent"
@@ -51,7 +52,7 @@ const (
 // spelling is how the documentation spells the keys whose lower case
 // differs.
 var spelling = map[string]string{KeySubDir: "subDir", KeyMountPermissions: "mountPermissions", KeyOnDelete: "onDelete",
-	KeyMountOptions: "mountOptions", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
+	KeyMountOptions: "mountOptions", KeyMountServer: "mountServer", KeyAllowShared: "allowSharedSubDir", KeyQuotaAgent: "quotaAgent",
 	KeyCopyAgent: "copyAgent", KeyKeepSetID: "keepSetIDOnRestore", KeyStrictOptions: "strictMountOptions",
 	KeyGIDRangeStart: "gidRangeStart", KeyGIDRangeEnd: "gidRangeEnd", KeyReuseDirectory: "reuseDirectory",
 	KeyDrainExports: "drainExports", KeyFillThreshold: "fillThreshold"}

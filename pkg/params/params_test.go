@@ -229,6 +229,16 @@ func TestParseMutable(t *testing.T) {
 	if _, err := ParseMutable(map[string]string{"onDelete": "retain", "ONDELETE": "delete"}); err == nil {
 		t.Error("a key given twice in different case was accepted")
 	}
+	for v, want := range map[string]string{"nfs2.example.com": "nfs2.example.com", "10.0.0.2": "10.0.0.2", "[fd00::2]": "fd00::2", "": ""} {
+		if m, err := ParseMutable(map[string]string{"mountServer": v}); err != nil || !m.HasMountServer || m.MountServer != want {
+			t.Errorf("mountServer %q: %+v, %v", v, m, err)
+		}
+	}
+	for _, v := range []string{"a b", "host:/x", "-o", "a/b"} {
+		if _, err := ParseMutable(map[string]string{"mountServer": v}); err == nil || !strings.Contains(err.Error(), "mountServer") {
+			t.Errorf("mountServer %q accepted: %v", v, err)
+		}
+	}
 }
 
 func FuzzParseMutable(f *testing.F) {
@@ -246,6 +256,11 @@ func FuzzParseMutable(f *testing.F) {
 		if m.HasMountOptions {
 			if _, err := mountopts.Parse(m.MountOptions.String()); err != nil {
 				t.Fatalf("accepted options %q do not parse again: %v", m.MountOptions, err)
+			}
+		}
+		if m.MountServer != "" {
+			if e, err := export.New(m.MountServer, "/"); err != nil || e.Server != m.MountServer {
+				t.Fatalf("accepted mountServer %q does not parse again: %+v, %v", m.MountServer, e, err)
 			}
 		}
 	})

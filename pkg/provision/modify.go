@@ -49,6 +49,11 @@ type Change struct {
 	// PublishOptions replace the mount options at the next publish; nil
 	// leaves them.
 	PublishOptions *string
+	// MountServer, when set, replaces the address nodes mount the volume
+	// from ("": its export's own). Modify then checks, through the Area,
+	// that the volume's directory there is the one sealed into its record:
+	// call it on an Area of the export at the new address.
+	MountServer *string
 }
 
 // Modify applies c to the record of the volume of id and returns the
@@ -69,6 +74,14 @@ func (a *Area) Modify(id volumeid.ID, c Change) (*Record, error) {
 		if c.PublishOptions != nil {
 			r.PublishOptions = c.PublishOptions
 		}
+		if c.MountServer != nil {
+			if *c.MountServer != "" {
+				if err := a.seals().seen(r); err != nil {
+					return err
+				}
+			}
+			r.MountServer = *c.MountServer
+		}
 		r.Modified = true
 		return nil
 	})
@@ -76,4 +89,18 @@ func (a *Area) Modify(id volumeid.ID, c Change) (*Record, error) {
 		err = fault.New(fault.NotFound, "volume %q does not exist", id.String())
 	}
 	return rec, err
+}
+
+// seen fails unless the volume directory of r, seen through this Area, is
+// the one sealed into r (its inode number and file handle): proof that the
+// Area's address serves the volume's own data.
+func (a seals) seen(r *Record) error {
+	if r.FileID == 0 {
+		return fault.New(fault.FailedPrecondition, "volume %q has no sealed directory (made or adopted by an older nfsdir): its address cannot be checked; move it with a named export instead", r.Name)
+	}
+	st, err := a.freshLstat(r.SubDir)
+	if err != nil {
+		return onShare(err, "check %q through the new address", r.SubDir)
+	}
+	return a.checkSealed(r, st)
 }

@@ -117,6 +117,11 @@ type Record struct {
 	// at the volume's next NodePublishVolume (a VolumeAttributesClass's
 	// mountOptions; "" clears them).
 	PublishOptions *string `json:"publishOptions,omitempty"`
+	// MountServer, when set, is the address nodes mount the volume from
+	// in place of its export's server (a VolumeAttributesClass's
+	// mountServer), written only once the volume's sealed directory was
+	// seen through it.
+	MountServer string `json:"mountServer,omitempty"`
 	// Source is what the volume was made from (a snapshot or another
 	// volume); nil for an empty volume.
 	Source *Source `json:"source,omitempty"`

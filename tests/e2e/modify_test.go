@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/tests/lab"
 )
 
@@ -85,4 +86,68 @@ func TestModifyVolumeOnRealNFS(t *testing.T) {
 	}
 	c.Delete(t, r.Volume)
 	os.RemoveAll(onExport("archived-" + r.Volume.VolumeContext["subDir"]))
+}
+
+// TestMountServerOnRealNFS: a VolumeAttributesClass's mountServer moves a
+// volume's mounts to another address of its server (127.0.0.2 for
+// 127.0.0.1) once the controller has seen the volume's sealed directory
+// there: the next publish mounts from it and sees the data, the running
+// mount stays; an address with no server is Unavailable within the mount
+// timeout and changes nothing; "" goes back. NFSv3: an NFSv4 client would
+// carry the new address's mount over its client of the old one.
+func TestMountServerOnRealNFS(t *testing.T) {
+	c := start(t, func(cfg *config.Config) { cfg.MountTimeout = 5 * time.Second })
+	vc := lab.RWX("nfsvers=3", "nolock")
+	v := c.Create(t, "pvc-mount-server", params(), vc)
+	before := filepath.Join(t.TempDir(), "before")
+	c.Publish(t, v, before, vc, false)
+	must(t, os.WriteFile(filepath.Join(before, "data"), []byte("same"), 0o644))
+	modify := func(server string) error {
+		_, err := c.Controller.ControllerModifyVolume(lab.Ctx(t, time.Minute), &csi.ControllerModifyVolumeRequest{VolumeId: v.VolumeId,
+			MutableParameters: map[string]string{"mountServer": server}})
+		return err
+	}
+	source := func(target string) string {
+		f := strings.Fields(lab.MountInfo(t, target))
+		if len(f) < 2 {
+			t.Fatalf("%s not mounted", target)
+		}
+		return f[len(f)-2]
+	}
+	if err := modify("127.0.0.2"); err != nil {
+		t.Fatal(err)
+	}
+	if rec := recordOnShare(t, v.VolumeId); rec["mountServer"] != "127.0.0.2" {
+		t.Fatalf("record after the move: %v", rec)
+	}
+	after := filepath.Join(t.TempDir(), "after")
+	c.Publish(t, v, after, vc, false)
+	if got := source(after); !strings.HasPrefix(got, "127.0.0.2:") {
+		t.Errorf("published after the move from %s", got)
+	}
+	if got := source(before); !strings.HasPrefix(got, "127.0.0.1:") {
+		t.Errorf("the running mount changed to %s", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(after, "data")); err != nil || string(b) != "same" {
+		t.Errorf("data through the new address: %q %v", b, err)
+	}
+	start := time.Now()
+	if err := modify("192.0.2.1"); status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("move to an address with no server: %v", err)
+	}
+	t.Logf("move to an address with no server refused after %s", time.Since(start).Round(time.Millisecond))
+	if rec := recordOnShare(t, v.VolumeId); rec["mountServer"] != "127.0.0.2" {
+		t.Errorf("a refused move changed the record: %v", rec)
+	}
+	c.Unpublish(t, v, after)
+	if err := modify(""); err != nil {
+		t.Fatal(err)
+	}
+	c.Publish(t, v, after, vc, false)
+	if got := source(after); !strings.HasPrefix(got, "127.0.0.1:") {
+		t.Errorf("published after moving back from %s", got)
+	}
+	c.Unpublish(t, v, after)
+	c.Unpublish(t, v, before)
+	c.Delete(t, v)
 }
