@@ -32,14 +32,37 @@ var (
 // maxPlacements bounds the placements remembered for creations not done.
 const maxPlacements = 4096
 
+// maxMemberReads bounds the reads of one export in flight: a read stuck
+// in the kernel on a server that died cannot be stopped, so at most this
+// many goroutines wait on one export whatever the call rate; a placement
+// that finds them all taken waits at most memberWait, then passes the
+// export over.
+const maxMemberReads = 8
+
 // placements remembers, for the creations not finished yet, the export
 // each was placed on, so that a retry goes back there even when that
 // export does not answer now (its directory may be half made); and which
 // exports did not answer lately.
 type placements struct {
 	mu      sync.Mutex
-	placed  map[string]string      // volume name -> export name
-	resting map[export.Export]rest // exports that did not answer lately
+	placed  map[string]string               // volume name -> export name
+	resting map[export.Export]rest          // exports that did not answer lately
+	reading map[export.Export]chan struct{} // slots of the reads in flight, by export
+}
+
+// slots returns the slots of e's reads.
+func (p *placements) slots(e export.Export) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reading == nil {
+		p.reading = map[export.Export]chan struct{}{}
+	}
+	ch := p.reading[e]
+	if ch == nil {
+		ch = make(chan struct{}, maxMemberReads)
+		p.reading[e] = ch
+	}
+	return ch
 }
 
 func (p *placements) earlier(volume string) (string, bool) {
@@ -99,6 +122,15 @@ type placer struct {
 	shares *shares.Set
 	names  export.Names // where each named export is now
 	memo   placements
+	// read reads one member (readShare, unless a test says otherwise).
+	read func(ctx context.Context, m member, key string, opts mountopts.Options) (memberState, error)
+}
+
+// memberState is what a read of a member found: the name of the volume
+// it holds at the key asked for ("": none) and its file system's space.
+type memberState struct {
+	holds       string
+	used, avail int64
 }
 
 // member is one export a class may place a volume on.
@@ -240,41 +272,67 @@ func (s *placer) readMember(ctx context.Context, m member, key string, opts moun
 	}
 	ctx, cancel := context.WithTimeout(ctx, memberWait)
 	defer cancel()
-	done := make(chan error, 1)
-	var holds string
-	var used, avail int64
-	go func() {
-		sh, err := s.shares.Mount(ctx, m.at, opts)
-		if err == nil {
-			u, uerr := s.shares.Usage(ctx, sh)
-			used, avail, err = u.UsedBytes, u.AvailableBytes, uerr
-		}
-		if err == nil && key != "" {
-			err = s.shares.On(ctx, m.at, opts, false, func(a *provision.Area, _ *shares.Share) error {
-				rec, err := a.Inventory().Record(key)
-				if rec != nil {
-					holds = rec.Name
-				}
-				return err
-			})
-			if errors.Is(err, provision.ErrNoArea) {
-				err = nil
-			}
-		}
-		done <- err
-	}()
-	var err error
+	slots := s.memo.slots(m.at)
 	select {
-	case err = <-done:
+	case slots <- struct{}{}:
 	case <-ctx.Done():
-		err = fault.New(fault.Unavailable, "%s did not answer in %s", m.at, memberWait)
-	}
-	s.memo.rest(m.at, err)
-	if err != nil {
+		err := fault.New(fault.Unavailable, "%s: its last %d reads have not answered", m.at, maxMemberReads)
+		s.memo.rest(m.at, err)
 		into.Err = err
 		return
 	}
-	into.Holds, into.UsedBytes, into.AvailableBytes = holds, used, avail
+	read := s.read
+	if read == nil {
+		read = s.readShare
+	}
+	type result struct {
+		st  memberState
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-slots }()
+		st, err := read(ctx, m, key, opts)
+		done <- result{st, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		r.err = fault.New(fault.Unavailable, "%s did not answer in %s", m.at, memberWait)
+	}
+	s.memo.rest(m.at, r.err)
+	if r.err != nil {
+		into.Err = r.err
+		return
+	}
+	into.Holds, into.UsedBytes, into.AvailableBytes = r.st.holds, r.st.used, r.st.avail
+}
+
+// readShare reads a member through the controller's mount of it: statfs,
+// then the record at key ("": none).
+func (s *placer) readShare(ctx context.Context, m member, key string, opts mountopts.Options) (memberState, error) {
+	var st memberState
+	sh, err := s.shares.Mount(ctx, m.at, opts)
+	if err != nil {
+		return st, err
+	}
+	u, err := s.shares.Usage(ctx, sh)
+	if err != nil || key == "" {
+		return memberState{used: u.UsedBytes, avail: u.AvailableBytes}, err
+	}
+	st.used, st.avail = u.UsedBytes, u.AvailableBytes
+	err = s.shares.On(ctx, m.at, opts, false, func(a *provision.Area, _ *shares.Share) error {
+		rec, err := a.Inventory().Record(key)
+		if rec != nil {
+			st.holds = rec.Name
+		}
+		return err
+	})
+	if errors.Is(err, provision.ErrNoArea) {
+		err = nil
+	}
+	return st, err
 }
 
 // sameAgentServer refuses a quota or copy agent for a class whose

@@ -1,10 +1,15 @@
 package csiserver
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -12,8 +17,10 @@ import (
 
 	"github.com/nfsdir/nfsdir/pkg/config"
 	"github.com/nfsdir/nfsdir/pkg/export"
+	"github.com/nfsdir/nfsdir/pkg/mountopts"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount"
 	"github.com/nfsdir/nfsdir/pkg/nfsmount/nfsmounttest"
+	"github.com/nfsdir/nfsdir/pkg/params"
 )
 
 // startPool starts a driver that names exports a and b (one server) and
@@ -179,5 +186,53 @@ func TestSharePoolPlacement(t *testing.T) {
 		if _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); err != nil {
 			t.Errorf("delete %s: %v", v.GetVolumeId(), err)
 		}
+	}
+}
+
+// TestStuckMemberReadsAreBounded: an export whose reads never return (a
+// server that died between its statfs and its record lookup, in a hard
+// mount) holds at most maxMemberReads goroutines, whatever the number of
+// placements; each placement still answers within memberWait and places
+// on the export that answers.
+func TestStuckMemberReadsAreBounded(t *testing.T) {
+	defer func(w, r time.Duration) { memberWait, memberRest = w, r }(memberWait, memberRest)
+	memberWait, memberRest = 30*time.Millisecond, 0
+	release := make(chan struct{})
+	defer close(release)
+	var stuck, peak atomic.Int64
+	dead, live := export.Export{Server: "dead.example", Share: "/a"}, export.Export{Server: "live.example", Share: "/b"}
+	p := &placer{read: func(ctx context.Context, m member, key string, opts mountopts.Options) (memberState, error) {
+		if m.at != dead {
+			return memberState{avail: 1 << 30}, nil
+		}
+		n := stuck.Add(1)
+		for {
+			if old := peak.Load(); n <= old || peak.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		<-release // the kernel does not let go
+		stuck.Add(-1)
+		return memberState{}, nil
+	}}
+	members := []member{{name: "a", at: dead}, {name: "b", at: live}}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			began := time.Now()
+			got := p.readMembers(context.Background(), members, fmt.Sprint("k", i), params.Placement{}, nil)
+			if took := time.Since(began); took > memberWait+time.Second {
+				t.Errorf("a placement took %s", took)
+			}
+			if got[0].Err == nil || got[1].Err != nil || got[1].AvailableBytes != 1<<30 {
+				t.Errorf("members read as %+v", got)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := peak.Load(); n > maxMemberReads || n == 0 {
+		t.Fatalf("%d reads of the dead export were in flight at once, bound %d", n, maxMemberReads)
 	}
 }
