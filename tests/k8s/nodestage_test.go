@@ -27,6 +27,17 @@ func (c *cluster) nodeExportMounts() (string, error) {
 	return "", fmt.Errorf("no nfsdir_node_export_mounts in the node's metrics (%v)", err)
 }
 
+// stagedClass puts its volumes on the named export main, wherever the
+// steps before have it.
+const stagedClass = `apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: nfsdir-staged}
+provisioner: nfsdir.csi.io
+parameters: {export: main, subDir: "staged/${pvc.metadata.name}"}
+reclaimPolicy: Delete
+---
+`
+
 // nodeStageMode: an upgrade that sets node.stage replaces the node plugin
 // with one that stages. A claim used by three pods is then staged once by
 // the kubelet: its staging path (globalmount) shows the volume's
@@ -52,7 +63,7 @@ func (c *cluster) nodeStageMode() {
 	c.driverRunning("the staging node plugin running")
 	c.stage(fmt.Sprintf("node plugin in NodeStage mode %.1fs after the upgrade", time.Since(began).Seconds()))
 
-	c.create(reuseClaim("default", "staged", "nfsdir"))
+	c.create(stagedClass + reuseClaim("default", "staged", "nfsdir-staged"))
 	pv := c.boundPV("default", "staged")
 	src := path.Join("/", pv.Spec.CSI.VolumeAttributes["share"], pv.Spec.CSI.VolumeAttributes["subDir"])
 	listed := ":" + src + " " // how mountinfo lists a mount of the volume's directory
