@@ -157,7 +157,10 @@ func TestKubeletRegistersNodePlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	regClient := registerapi.NewRegistrationClient(dial(t, regSocket))
-	info, err := regClient.GetInfo(ctx, &registerapi.InfoRequest{})
+	// The socket is there from its bind, a moment before the registrar
+	// listens on it: the first call waits for the connection, as the
+	// kubelet's retries do.
+	info, err := regClient.GetInfo(ctx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +311,7 @@ func TestTheChartsRegistrarWaitsForABusyDriver(t *testing.T) {
 			regSocket := registrarSocket(t, registry, reg)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			info, err := registerapi.NewRegistrationClient(dial(t, regSocket)).GetInfo(ctx, &registerapi.InfoRequest{})
+			info, err := registerapi.NewRegistrationClient(dial(t, regSocket)).GetInfo(ctx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
 			if err != nil || info.Name != driver {
 				t.Fatalf("GetInfo = %+v, %v", info, err)
 			}
