@@ -169,8 +169,10 @@ func (s *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, toStatus(err)
 	}
 	s.placer.memo.done(req.GetName())
-	if mut, _ := params.ParseMutable(req.GetMutableParameters()); mut.HasMountServer {
-		if rec, err = s.modify(ctx, id.String(), id, provision.Change{MountServer: mountServerChange(mut, id)}); err != nil {
+	// A retry finds the address written already: nothing to check again.
+	mut, _ := params.ParseMutable(req.GetMutableParameters())
+	if move := mountServerChange(mut, id); move != nil && *move != rec.MountServer {
+		if rec, err = s.modify(ctx, id.String(), id, provision.Change{MountServer: move}); err != nil {
 			return nil, err
 		}
 	}

@@ -88,6 +88,18 @@ func TestMountServerMovesAVolume(t *testing.T) {
 			t.Fatalf("published from %s after moving back with %q", got, back)
 		}
 	}
+	// Given at creation (a claim of a class naming mountServer), and again
+	// by a retry of that creation.
+	for range 2 {
+		r, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-born-moved", VolumeCapabilities: []*csi.VolumeCapability{rwx},
+			Parameters: map[string]string{"server": "nfs.example", "share": "/export"}, MutableParameters: map[string]string{"mountServer": "alias.example"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := readRecordFile(t, share, r.GetVolume().GetVolumeContext()["subDir"]); rec.MountServer != "alias.example" {
+			t.Fatalf("record of a volume made with mountServer: %+v", rec)
+		}
+	}
 	if !slices.ContainsFunc(m.Actions(), func(a string) bool { return strings.HasPrefix(a, "mount alias.example:/export ") }) {
 		t.Errorf("the controller never mounted the new address: %v", m.Actions())
 	}

@@ -30,8 +30,8 @@ import (
 	"github.com/nfsdir/nfsdir/pkg/targetpath"
 )
 
-// ProbeTimeout bounds the health check of a kept share mount.
-const ProbeTimeout = 10 * time.Second
+// probeTimeout bounds the health check of a kept share mount.
+const probeTimeout = 10 * time.Second
 
 // Stager owns the share mounts below Dir. It is safe for concurrent use.
 type Stager struct {
@@ -121,7 +121,7 @@ func (s *Stager) share(ctx context.Context, e export.Export, opts mountopts.Opti
 		return nil, err
 	}
 	if cur != nil {
-		pctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		_, perr := s.mounter.Probe(pctx, mp)
 		cancel()
 		switch {
